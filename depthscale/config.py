@@ -1,0 +1,142 @@
+"""Default configuration: the one typed source of every field and its default."""
+
+from __future__ import annotations
+
+import ml_collections
+
+ConfigDict = ml_collections.ConfigDict
+
+
+class ConfigError(ValueError):
+  """An invalid config value; the message names the field and what is allowed."""
+
+
+def default_config() -> ConfigDict:
+  """Returns the defaults; experiment files start from here and override."""
+  c = ConfigDict()
+
+  m = c.model = ConfigDict()
+  m.num_layers = 4  # L, number of blocks
+  m.d_model = 128  # D, residual width
+  m.num_heads = 4  # H, query heads
+  m.num_kv_heads = 0  # K, key/value heads (0 = num_heads; fewer = grouped-query attention)
+  m.d_ff = 0  # MLP hidden width (0 = mlp_ratio * d_model)
+  m.mlp_ratio = 4.0  # used when d_ff == 0
+  m.vocab_size = 256  # V
+  m.norm = 'layernorm'  # norm function: see depthscale.norms.NORMS
+  m.norm_eps = 1e-5  # epsilon inside the norm's sqrt
+  m.block = 'pre_ln'  # norm placement: see depthscale.blocks.PLACEMENTS
+  m.position = 'rope'  # 'rope' or 'learned'
+  m.rope_base = 10000.0  # RoPE frequency base
+  m.mlp = 'gelu'  # 'gelu' (2 matrices) or 'swiglu' (3 matrices)
+  m.tie_embeddings = True  # LM head shares the token embedding
+  m.init_std = 0.02  # std of the normal init of every matrix
+  m.dtype = 'float32'  # compute dtype; params and optimizer state stay float32
+  m.remat = 'none'  # a jax.checkpoint_policies name, or 'none'
+
+  d = c.data = ConfigDict()
+  d.source = 'mix'  # 'grammar', 'khop', 'mix', 'text:GLOB', 'array_record:GLOB'
+  d.seq_len = 128  # T, tokens per sequence
+  d.batch_size = 16  # global batch (sequences per step)
+  d.eval_batches = 4  # batches in the fixed held-out eval set
+  d.tokenizer = 'byte'  # 'byte' or a path to a SentencePiece .model (text sources)
+  d.eval_fraction = 0.05  # held-out fraction of a text corpus
+  d.khop_max = 4  # largest number of hops in the k-hop task
+  d.grammar_seed = 0  # seed of the synthetic grammar itself (not of the sampling)
+  d.khop_queries = 4  # k-hop: queries per sequence
+  d.khop_distractors = 4  # k-hop: distractor assignments per query
+  d.read_threads = 2  # grain read threads
+  d.prefetch = 4  # grain prefetch buffer (batches)
+
+  o = c.optim = ConfigDict()
+  o.lr = 3e-3  # peak learning rate
+  o.schedule = 'cosine'  # 'constant', 'cosine', 'linear', 'wsd'
+  o.warmup_steps = 20  # linear warmup from 0
+  o.min_lr_ratio = 0.1  # final lr / peak lr for cosine, linear and wsd
+  o.decay_fraction = 0.2  # wsd: fraction of steps spent decaying
+  o.weight_decay = 0.1  # AdamW decoupled weight decay
+  o.decay_norms = False  # apply weight decay to norm gains and biases
+  o.decay_embeddings = False  # apply weight decay to embeddings
+  o.clip_norm = 1.0  # global gradient-norm clip (0 = off)
+  o.b1 = 0.9
+  o.b2 = 0.95
+  o.eps = 1e-8
+
+  t = c.train = ConfigDict()
+  t.steps = 200  # optimizer steps
+  t.seed = 0  # init and data seed
+  t.log_every = 10  # steps between progress lines and per-layer metrics
+  t.eval_every = 100  # steps between evaluations (and at the end)
+  t.checkpoint_every = 100  # steps between checkpoints (and at the end)
+  t.keep_checkpoints = 2  # checkpoints kept on disk
+
+  s = c.mesh = ConfigDict()
+  s.data = -1  # data-parallel axis size (-1 = the remaining devices)
+  s.fsdp = 1  # parameter-sharding axis size
+  s.tensor = 1  # tensor-parallel axis size
+  return c
+
+
+def _fail(field: str, value, allowed: str) -> None:
+  raise ConfigError(f'{field}={value!r} is invalid: allowed {allowed}')
+
+
+def check_positive(cfg: ConfigDict, fields: list[str]) -> None:
+  """Raises ConfigError for the first of the dotted fields that is not > 0."""
+  for f in fields:
+    section, name = f.split('.')
+    if not cfg[section][name] > 0:
+      _fail(f, cfg[section][name], 'a positive number')
+
+
+def check_choice(field: str, value, choices) -> None:
+  """Raises ConfigError unless value is one of choices."""
+  if value not in choices:
+    _fail(field, value, 'one of ' + ', '.join(sorted(map(str, choices))))
+
+
+def validate(cfg: ConfigDict) -> None:
+  """Checks a resolved config; raises ConfigError with a one-line message."""
+  import jax  # pylint: disable=import-outside-toplevel
+  from depthscale import blocks, data, norms  # pylint: disable=import-outside-toplevel
+
+  check_positive(cfg, ['model.num_layers', 'model.d_model', 'model.num_heads',
+                       'model.vocab_size', 'model.init_std', 'model.norm_eps',
+                       'data.seq_len', 'data.batch_size', 'data.eval_batches',
+                       'optim.lr', 'train.steps', 'train.log_every',
+                       'train.eval_every', 'train.checkpoint_every',
+                       'train.keep_checkpoints'])
+  m = cfg.model
+  if m.d_model % m.num_heads:
+    _fail('model.num_heads', m.num_heads, f'a divisor of model.d_model={m.d_model}')
+  kv = m.num_kv_heads or m.num_heads
+  if kv < 0 or m.num_heads % kv:
+    _fail('model.num_kv_heads', m.num_kv_heads, f'0 or a divisor of model.num_heads={m.num_heads}')
+  if m.d_ff < 0 or (m.d_ff == 0 and m.mlp_ratio <= 0):
+    _fail('model.d_ff', m.d_ff, '0 (use mlp_ratio > 0) or a positive width')
+  check_choice('model.block', m.block, blocks.PLACEMENTS)
+  check_choice('model.norm', m.norm, norms.NORMS)
+  check_choice('model.position', m.position, ('rope', 'learned'))
+  check_choice('model.mlp', m.mlp, ('gelu', 'swiglu'))
+  check_choice('model.dtype', m.dtype, ('float32', 'bfloat16', 'float16'))
+  if m.remat != 'none' and not hasattr(jax.checkpoint_policies, m.remat):
+    _fail('model.remat', m.remat, "'none' or a jax.checkpoint_policies name "
+          "(e.g. nothing_saveable, dots_saveable)")
+  if m.position == 'rope' and (m.d_model // m.num_heads) % 2:
+    _fail('model.num_heads', m.num_heads, 'a value giving an even head_dim with rope')
+  check_choice('optim.schedule', cfg.optim.schedule, ('constant', 'cosine', 'linear', 'wsd'))
+  if not 0 <= cfg.optim.warmup_steps <= cfg.train.steps:
+    _fail('optim.warmup_steps', cfg.optim.warmup_steps, f'0..train.steps={cfg.train.steps}')
+  for f in ('weight_decay', 'clip_norm', 'min_lr_ratio'):
+    if cfg.optim[f] < 0:
+      _fail(f'optim.{f}', cfg.optim[f], 'a non-negative number')
+  for f in ('b1', 'b2', 'decay_fraction'):
+    if not 0 <= cfg.optim[f] <= 1:
+      _fail(f'optim.{f}', cfg.optim[f], 'a number in [0, 1]')
+  for f in ('data', 'fsdp', 'tensor'):
+    if cfg.mesh[f] == 0 or cfg.mesh[f] < -1:
+      _fail(f'mesh.{f}', cfg.mesh[f], '-1 or a positive axis size')
+  try:
+    data.validate(cfg.data, m.vocab_size)
+  except ValueError as e:
+    raise ConfigError(str(e)) from None

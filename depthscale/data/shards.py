@@ -1,0 +1,69 @@
+"""ArrayRecord shards of fixed-length token chunks, as written by `prepare`.
+
+A directory holds `train-*.array_record`, `eval-*.array_record` and
+`meta.json`. A source `array_record:GLOB` reads the files matching GLOB for
+training; its eval split is the same glob with the first `train` of the file
+name pattern replaced by `eval` (so `DIR/train-*.array_record` pairs with
+`DIR/eval-*.array_record`), and its metadata is the `meta.json` next to the
+first matched file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import grain
+import numpy as np
+from array_record.python.array_record_module import ArrayRecordWriter
+
+from depthscale.data import text
+
+META = 'meta.json'
+
+
+def eval_pattern(pattern: str) -> str:
+  """The eval-split glob paired with a train-split glob."""
+  head, tail = os.path.split(pattern)
+  if 'train' not in tail:
+    raise ValueError(f'data.source=array_record:{pattern!r} is invalid: allowed a '
+                     "file pattern containing 'train' (eval is found by "
+                     "replacing it with 'eval')")
+  return os.path.join(head, tail.replace('train', 'eval', 1))
+
+
+def read_meta(pattern: str) -> dict:
+  """The meta.json next to the first file matching pattern."""
+  path = os.path.join(os.path.dirname(text.expand(pattern)[0]), META)
+  if not os.path.isfile(path):
+    raise ValueError(f'data.source=array_record:{pattern!r} is invalid: allowed '
+                     f'shards with a {META} written by depthscale.data.prepare')
+  with open(path) as f:
+    return json.load(f)
+
+
+class Windows:
+  """Windows of `length` tokens cut from every fixed-length chunk record."""
+
+  def __init__(self, pattern: str, length: int):
+    meta = read_meta(pattern)
+    self._source = grain.sources.ArrayRecordDataSource(text.expand(pattern))
+    self._dtype = np.dtype(meta['dtype'])
+    self._length = length
+    self._per_chunk = meta['chunk_tokens'] // length
+
+  def __len__(self) -> int:
+    return len(self._source) * self._per_chunk
+
+  def __getitem__(self, i: int) -> np.ndarray:
+    chunk, w = divmod(i, self._per_chunk)
+    tokens = np.frombuffer(self._source[chunk], self._dtype)
+    return tokens[w * self._length:(w + 1) * self._length]
+
+
+def write(path: str, chunks: np.ndarray) -> None:
+  """Writes each row of chunks as one record (group size 1: random access)."""
+  writer = ArrayRecordWriter(path, 'group_size:1')
+  for row in chunks:
+    writer.write(row.tobytes())
+  writer.close()

@@ -1,0 +1,165 @@
+"""The `data.source` registry: parsing, validation and random-access records."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Callable
+
+import grain
+from ml_collections import ConfigDict
+import numpy as np
+
+from depthscale.data import grammar
+from depthscale.data import khop
+from depthscale.data import rng
+from depthscale.data import shards
+from depthscale.data import text
+from depthscale.data import tokenizer
+from depthscale.data import vocab
+
+SOURCES = {
+    'grammar': 'seeded nested PCFG language (data.grammar_seed); see grammar.py',
+    'khop': 'multi-hop variable binding, hop labels 1..data.khop_max; see khop.py',
+    'mix': 'even records grammar, odd records khop (the default)',
+    'text:GLOB': 'local text files, data.tokenizer tokens, last data.eval_fraction held out',
+    'array_record:GLOB': 'token chunk shards written by python -m depthscale.data.prepare',
+}
+SYNTHETIC = ('grammar', 'khop', 'mix')
+
+Example = dict[str, np.ndarray]
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+  """Random-access examples by global record index; both splits are unbounded."""
+  train: Callable[[int], Example]
+  eval: Callable[[int], Example]
+
+
+def _invalid(field: str, value, allowed: str) -> ValueError:
+  return ValueError(f'{field}={value!r} is invalid: allowed {allowed}')
+
+
+def parse(source: str) -> tuple[str, str]:
+  """Splits `data.source` into (kind, glob); glob is '' for synthetic kinds."""
+  kind, colon, pattern = source.partition(':')
+  if (kind in SYNTHETIC and not colon) or (kind in ('text', 'array_record') and pattern):
+    return kind, pattern
+  raise _invalid('data.source', source, ', '.join(SOURCES))
+
+
+def khop_spec(cfg: ConfigDict) -> khop.Spec:
+  """The k-hop episode shape of a data config."""
+  return khop.Spec(cfg.khop_max, cfg.khop_queries, cfg.khop_distractors)
+
+
+def check(cfg: ConfigDict) -> None:
+  """Raises ValueError for a source-specific field that cannot work."""
+  kind, pattern = parse(cfg.source)
+  length = cfg.seq_len + 1
+  if kind in ('khop', 'mix'):
+    spec = khop_spec(cfg)
+    if spec.max_hops < 1:
+      raise _invalid('data.khop_max', spec.max_hops, 'a positive int')
+    if spec.queries < 1:
+      raise _invalid('data.khop_queries', spec.queries, 'a positive int')
+    if spec.distractors < 0:
+      raise _invalid('data.khop_distractors', spec.distractors, 'a non-negative int')
+    if spec.max_vars > vocab.NUM_VARS:
+      raise _invalid('data.khop_max', spec.max_hops, f'khop_max * khop_queries + '
+                     f'khop_distractors <= {vocab.NUM_VARS} variables')
+    if spec.min_length > length:
+      raise _invalid('data.seq_len', cfg.seq_len, f'>= {spec.min_length - 1} so a '
+                     f'chain of khop_max={spec.max_hops} hops and its query fit')
+  elif kind == 'text':
+    text.expand(pattern)
+    tokenizer.load(cfg.tokenizer)
+    if not 0 < cfg.eval_fraction < 1:
+      raise _invalid('data.eval_fraction', cfg.eval_fraction, 'a number in (0, 1)')
+  elif kind == 'array_record':
+    text.expand(shards.eval_pattern(pattern))
+    chunk = shards.read_meta(pattern)['chunk_tokens']
+    if chunk < length:
+      raise _invalid('data.seq_len', cfg.seq_len, f'<= {chunk - 1} (chunk_tokens - 1 '
+                     'of the shards; or re-run prepare with a larger --chunk_tokens)')
+
+
+def required_vocab(cfg: ConfigDict) -> int:
+  """The smallest model vocab_size that covers every token of the source."""
+  kind, pattern = parse(cfg.source)
+  if kind == 'khop':
+    return vocab.KHOP_VOCAB
+  if kind in SYNTHETIC:
+    return vocab.GRAMMAR_VOCAB
+  if kind == 'text':
+    return tokenizer.load(cfg.tokenizer).vocab_size
+  return shards.read_meta(pattern)['vocab_size']
+
+
+def hop_values(cfg: ConfigDict) -> list[int]:
+  """The hop counts k reported by per-k eval accuracy ([] without k-hop)."""
+  if parse(cfg.source)[0] in ('khop', 'mix'):
+    return list(range(1, cfg.khop_max + 1))
+  return []
+
+
+def example(tokens: np.ndarray, hop: np.ndarray | None = None) -> Example:
+  """Builds the model example of a window of seq_len + 1 tokens."""
+  tokens = tokens.astype(np.int32)
+  n = len(tokens) - 1
+  return {'inputs': tokens[:-1], 'targets': tokens[1:],
+          'weights': np.ones(n, np.float32),
+          'hop': np.zeros(n, np.int32) if hop is None else hop}
+
+
+@dataclasses.dataclass(frozen=True)
+class _Synthetic:
+  """Records of grammar, khop or mix; record i is seeded by (seed, split, i)."""
+  kind: str
+  seed: int
+  length: int
+  language: grammar.Grammar
+  spec: khop.Spec
+
+  def record(self, split: str, index: int) -> Example:
+    kind = self.kind
+    if kind == 'mix':
+      kind, index = ('grammar', 'khop')[index % 2], index // 2
+    r = rng.make(self.seed, kind, split, index)
+    if kind == 'grammar':
+      return example(grammar.tokens(self.language, r, self.length))
+    return example(*khop.tokens(self.spec, r, self.length))
+
+
+def _windows(windows: text.Windows | shards.Windows, source: str, split: str) -> int:
+  """The number of windows; raises if there are none."""
+  if not len(windows):
+    raise _invalid('data.source', source, f'a corpus whose {split} split holds at '
+                   'least one window of seq_len + 1 tokens (see data.eval_fraction)')
+  return len(windows)
+
+
+def build(cfg: ConfigDict, seed: int) -> Source:
+  """The records of `data.source`, drawn from seed.
+
+  Synthetic records are sampled from (seed, split, index). A corpus's train
+  record i is window order[i], where order visits every window once per epoch
+  in a grain index shuffle of (seed, epoch); eval record i is window i (mod
+  the number of eval windows), in stream order.
+  """
+  check(cfg)
+  kind, pattern = parse(cfg.source)
+  length = cfg.seq_len + 1
+  if kind in SYNTHETIC:
+    s = _Synthetic(kind, seed, length, grammar.make(cfg.grammar_seed), khop_spec(cfg))
+    return Source(functools.partial(s.record, 'train'), functools.partial(s.record, 'eval'))
+  if kind == 'text':
+    train, held = text.corpus(pattern, cfg.tokenizer, cfg.eval_fraction)
+    train, held = text.Windows(train, length), text.Windows(held, length)
+  else:
+    train = shards.Windows(pattern, length)
+    held = shards.Windows(shards.eval_pattern(pattern), length)
+  order = grain.MapDataset.range(_windows(train, cfg.source, 'train')).shuffle(seed).repeat()
+  num_held = _windows(held, cfg.source, 'eval')
+  return Source(lambda i: example(train[order[i]]), lambda i: example(held[i % num_held]))

@@ -1,0 +1,56 @@
+"""Text corpora: files -> one token stream -> held-out tail -> fixed windows."""
+
+from __future__ import annotations
+
+import functools
+import glob
+import os
+
+import numpy as np
+
+from depthscale.data import tokenizer as tokenizer_lib
+
+
+def expand(pattern: str) -> list[str]:
+  """Sorted files matching a glob (`**` recurses); raises if there are none."""
+  paths = sorted(p for p in glob.glob(os.path.expanduser(pattern), recursive=True)
+                 if os.path.isfile(p))
+  if not paths:
+    raise ValueError(f'data.source glob {pattern!r} is invalid: allowed a glob '
+                     'that matches at least one file')
+  return paths
+
+
+def stream(paths: list[str], tok: tokenizer_lib.Tokenizer) -> np.ndarray:
+  """Concatenates the documents (one per file), each followed by EOS."""
+  eos = np.asarray([tok.eos_id])
+  parts = []
+  for path in paths:
+    with open(path, 'rb') as f:
+      parts += [tok.encode(f.read()), eos]
+  return np.concatenate(parts).astype(tokenizer_lib.token_dtype(tok.vocab_size))
+
+
+def split(tokens: np.ndarray, eval_fraction: float) -> tuple[np.ndarray, np.ndarray]:
+  """Splits a stream into (train, eval); eval is its last eval_fraction."""
+  cut = len(tokens) - int(round(len(tokens) * eval_fraction))
+  return tokens[:cut], tokens[cut:]
+
+
+@functools.lru_cache(maxsize=2)
+def corpus(pattern: str, tokenizer: str, eval_fraction: float) -> tuple[np.ndarray, np.ndarray]:
+  """The (train, eval) token streams of a text glob (cached)."""
+  return split(stream(expand(pattern), tokenizer_lib.load(tokenizer)), eval_fraction)
+
+
+class Windows:
+  """Non-overlapping windows of `length` tokens of a stream (tail dropped)."""
+
+  def __init__(self, tokens: np.ndarray, length: int):
+    self._tokens, self._length = tokens, length
+
+  def __len__(self) -> int:
+    return len(self._tokens) // self._length
+
+  def __getitem__(self, i: int) -> np.ndarray:
+    return self._tokens[i * self._length:(i + 1) * self._length]

@@ -1,0 +1,107 @@
+"""Experiment files and their ladders: load, resolve each rung's config, run them all.
+
+Importable from notebooks: `run_ladder('experiments/quickstart.py', 'runs/q')`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from typing import Any
+
+from depthscale import config as config_lib
+from depthscale.ladder import Rung
+from depthscale.report import rung_row, table
+
+
+def load_module(path: str):
+  """Imports an experiment file by path."""
+  if not os.path.isfile(path):
+    raise config_lib.ConfigError(f'--config={path!r} is invalid: allowed an existing experiment file')
+  spec = importlib.util.spec_from_file_location(
+      'experiment_' + os.path.splitext(os.path.basename(path))[0], path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def split_arg(config_arg: str) -> tuple[str, str | None]:
+  """'experiments/x.py:ARG' -> ('experiments/x.py', 'ARG'); no colon -> (path, None)."""
+  path, _, arg = config_arg.partition(':')
+  return path, (arg if arg else None)
+
+
+def apply_overrides(cfg, overrides: dict[str, Any], origin: str):
+  """Sets dotted fields on a locked ConfigDict; unknown or mistyped fields raise ConfigError."""
+  for key, value in overrides.items():
+    parts = key.split('.')
+    target = cfg
+    try:
+      for p in parts[:-1]:
+        target = target[p]
+      if parts[-1] not in target:
+        raise KeyError(key)
+      target[parts[-1]] = value
+    except KeyError:
+      sections = ', '.join(sorted(cfg.keys()))
+      raise config_lib.ConfigError(
+          f'{key} ({origin}) is not a config field: allowed SECTION.FIELD with '
+          f'SECTION in {sections}') from None
+    except TypeError as e:
+      raise config_lib.ConfigError(f'{key}={value!r} ({origin}) has the wrong type: {e}') from None
+  return cfg
+
+
+def rungs_of(module, arg: str | None) -> list[Rung]:
+  """The experiment's rungs, or one rung named 'default' if it declares no ladder."""
+  return module.get_ladder(arg) if hasattr(module, 'get_ladder') else [Rung('default')]
+
+
+def select(rungs: list[Rung], rung: str | None) -> list[Rung]:
+  """All rungs, or the one named (or 0-based indexed) by `rung`."""
+  if rung is None:
+    return rungs
+  names = [r.name for r in rungs]
+  if rung in names:
+    return [rungs[names.index(rung)]]
+  if rung.isdigit() and int(rung) < len(rungs):
+    return [rungs[int(rung)]]
+  raise config_lib.ConfigError(f'--rung={rung!r} is invalid: allowed 0..{len(rungs) - 1} '
+                               f'or one of {", ".join(names)}')
+
+
+def resolve(config_arg: str, overrides: dict[str, Any] | None = None,
+            rung: str | None = None) -> list[tuple[Rung, Any]]:
+  """(rung, validated config) pairs: get_config(arg), then the rung's overrides, then
+  `overrides` (the command line's) last. Raises ConfigError before anything is written."""
+  path, arg = split_arg(config_arg)
+  module = load_module(path)
+  out = []
+  for r in select(rungs_of(module, arg), rung):
+    cfg = module.get_config(arg)
+    cfg.lock()
+    apply_overrides(cfg, r.overrides, f'rung {r.name}')
+    apply_overrides(cfg, overrides or {}, 'command line')
+    config_lib.validate(cfg)
+    out.append((r, cfg))
+  return out
+
+
+def run_ladder(config_arg: str, workdir: str, overrides: dict[str, Any] | None = None,
+               rung: str | None = None) -> list[dict]:
+  """Trains every selected rung in workdir/<rung name>/ (resuming or skipping finished
+  ones) and returns the table rows; prints the comparison table at the end."""
+  from depthscale.train import train_rung  # pylint: disable=import-outside-toplevel
+  resolved = resolve(config_arg, overrides, rung)
+  for r, cfg in resolved:
+    if r.info:
+      print(f'rung {r.name}: ' + ', '.join(f'{k}={v:.4g}' if isinstance(v, float) else f'{k}={v}'
+                                           for k, v in r.info.items()), flush=True)
+  rows = []
+  for r, cfg in resolved:
+    summary = train_rung(cfg, os.path.join(workdir, r.name), name=r.name)
+    if 'status' in summary:  # preempted: stop the ladder here
+      return rows
+    rows.append(rung_row(r.name, cfg, summary))
+  print(table(rows), flush=True)
+  return rows

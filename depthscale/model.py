@@ -1,0 +1,190 @@
+"""Decoder-only causal Transformer LM; blocks stacked with nn.scan over one definition.
+
+Shape names: B batch, T tokens, D d_model, H query heads, K kv heads, E head_dim,
+F MLP width, V vocab, L layers. Every parameter carries logical axis names
+(`embed`, `mlp`, `heads`, `kv`, `vocab`, `layers`) for the sharding rules.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from depthscale.blocks import PLACEMENTS, Sublayer, layer_schedule
+from depthscale.norms import make_norm
+from depthscale.stats import block_stats
+
+EMBEDDING_PARAMS = ('embedding', 'pos_embedding', 'head')
+
+
+def d_ff(cfg) -> int:
+  """MLP hidden width F."""
+  return cfg.d_ff or int(round(cfg.mlp_ratio * cfg.d_model))
+
+
+def _dense_param(module: nn.Module, name: str, shape, axes, std: float):
+  init = nn.with_logical_partitioning(nn.initializers.normal(std), axes)
+  return module.param(name, init, shape, jnp.float32)
+
+
+def rope(x_BxTxNxE, base: float):
+  """Rotary position embedding (rotate-half form) over the head dimension."""
+  t, e = x_BxTxNxE.shape[1], x_BxTxNxE.shape[-1]
+  inv_freq = base ** (-np.arange(0, e, 2, dtype=np.float32) / e)
+  angle_TxE2 = np.arange(t, dtype=np.float32)[:, None] * inv_freq[None]
+  cos, sin = (jnp.asarray(f(angle_TxE2))[None, :, None, :] for f in (np.cos, np.sin))
+  x1, x2 = jnp.split(x_BxTxNxE.astype(jnp.float32), 2, axis=-1)
+  out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+  return out.astype(x_BxTxNxE.dtype)
+
+
+class Attention(nn.Module):
+  """Causal multi-head attention with optional grouped KV heads."""
+  cfg: Any
+
+  @nn.compact
+  def __call__(self, x_BxTxD):
+    cfg = self.cfg
+    dt = jnp.dtype(cfg.dtype)
+    h, k = cfg.num_heads, cfg.num_kv_heads or cfg.num_heads
+    e = cfg.d_model // h
+    std = cfg.init_std
+    wq = _dense_param(self, 'q', (cfg.d_model, h, e), ('embed', 'heads', 'kv'), std)
+    wkv = _dense_param(self, 'kv', (cfg.d_model, 2, k, e), ('embed', None, 'heads', 'kv'), std)
+    wo = _dense_param(self, 'o', (h, e, cfg.d_model), ('heads', 'kv', 'embed'), std)
+    x = x_BxTxD.astype(dt)
+    q_BxTxHxE = jnp.einsum('btd,dhe->bthe', x, wq.astype(dt))
+    kv_2xBxTxKxE = jnp.einsum('btd,dcke->cbtke', x, wkv.astype(dt))
+    k_BxTxKxE, v_BxTxKxE = kv_2xBxTxKxE[0], kv_2xBxTxKxE[1]
+    if cfg.position == 'rope':
+      q_BxTxHxE, k_BxTxKxE = rope(q_BxTxHxE, cfg.rope_base), rope(k_BxTxKxE, cfg.rope_base)
+    o_BxTxHxE = jax.nn.dot_product_attention(q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, is_causal=True)
+    return jnp.einsum('bthe,hed->btd', o_BxTxHxE, wo.astype(dt))
+
+
+class Mlp(nn.Module):
+  """GELU (tanh form) or SwiGLU feed-forward network."""
+  cfg: Any
+
+  @nn.compact
+  def __call__(self, x_BxTxD):
+    cfg = self.cfg
+    dt = jnp.dtype(cfg.dtype)
+    f, std = d_ff(cfg), cfg.init_std
+    x = x_BxTxD.astype(dt)
+    if cfg.mlp == 'swiglu':
+      wi = _dense_param(self, 'wi', (cfg.d_model, 2, f), ('embed', None, 'mlp'), std)
+      gate_up_BxTx2xF = jnp.einsum('btd,dcf->btcf', x, wi.astype(dt))
+      h_BxTxF = nn.silu(gate_up_BxTx2xF[..., 0, :]) * gate_up_BxTx2xF[..., 1, :]
+    else:
+      wi = _dense_param(self, 'wi', (cfg.d_model, f), ('embed', 'mlp'), std)
+      h_BxTxF = jax.nn.gelu(jnp.einsum('btd,df->btf', x, wi.astype(dt)), approximate=True)
+    wo = _dense_param(self, 'wo', (f, cfg.d_model), ('mlp', 'embed'), std)
+    return jnp.einsum('btf,fd->btd', h_BxTxF, wo.astype(dt))
+
+
+class Block(nn.Module):
+  """One Transformer block, assembled from the placement table; scanned over layers."""
+  cfg: Any
+  collect_stats: bool = False
+
+  @nn.compact
+  def __call__(self, carry: dict, layer: dict):
+    cfg = self.cfg
+    place = PLACEMENTS[cfg.block]
+    x = x_in = carry['x']
+    for name, branch in (('attn', Attention(cfg, name='attn')), ('mlp', Mlp(cfg, name='mlp'))):
+      def norm(role, name=name):
+        return make_norm(cfg, f'{name}_norm' if role == 'in' else f'{name}_norm_{role}')
+      x = place.sublayer(x, Sublayer(name, branch, norm, layer))
+    stats = block_stats({'x_in': x_in, 'x_out': x}) if self.collect_stats else {}
+    return {**carry, 'x': x}, stats
+
+
+def block_stack(cfg, collect_stats: bool):
+  """The scanned (and optionally rematerialized) stack of cfg.num_layers blocks."""
+  block = Block
+  if cfg.remat != 'none':
+    block = nn.remat(Block, policy=getattr(jax.checkpoint_policies, cfg.remat), prevent_cse=False)
+  return nn.scan(block, variable_axes={'params': 0}, split_rngs={'params': True},
+                 in_axes=0, length=cfg.num_layers,
+                 metadata_params={nn.PARTITION_NAME: 'layers'})(cfg, collect_stats)
+
+
+class Transformer(nn.Module):
+  """Embeddings, scanned blocks, final norm (if the placement needs one), LM head.
+
+  Returns (logits_BxTxV in float32, stats) where stats maps each per-layer statistic
+  to a length-L vector when collect_stats is set, else is empty.
+  """
+  cfg: Any
+  max_len: int
+  collect_stats: bool = False
+
+  def setup(self):
+    cfg = self.cfg
+    emb_init = nn.with_logical_partitioning(nn.initializers.normal(cfg.init_std), ('vocab', 'embed'))
+    self.embedding = self.param('embedding', emb_init, (cfg.vocab_size, cfg.d_model), jnp.float32)
+    if cfg.position == 'learned':
+      pos_init = nn.with_logical_partitioning(nn.initializers.normal(cfg.init_std), (None, 'embed'))
+      self.pos_embedding = self.param('pos_embedding', pos_init, (self.max_len, cfg.d_model), jnp.float32)
+    self.blocks = block_stack(cfg, self.collect_stats)
+    if PLACEMENTS[cfg.block].final_norm:
+      self.final_norm = make_norm(cfg, 'final_norm')
+    if not cfg.tie_embeddings:
+      head_init = nn.with_logical_partitioning(nn.initializers.normal(cfg.init_std), ('embed', 'vocab'))
+      self.head = self.param('head', head_init, (cfg.d_model, cfg.vocab_size), jnp.float32)
+
+  def embed(self, tokens_BxT):
+    """Token (+ learned position) embedding: the stream entering block 1."""
+    x_BxTxD = jnp.take(self.embedding, tokens_BxT, axis=0)
+    if self.cfg.position == 'learned':
+      x_BxTxD = x_BxTxD + self.pos_embedding[None, :tokens_BxT.shape[1]]
+    return x_BxTxD.astype(jnp.dtype(self.cfg.dtype))
+
+  def unembed(self, x_BxTxD):
+    """Final norm (if any) and LM head, in float32."""
+    if PLACEMENTS[self.cfg.block].final_norm:
+      x_BxTxD = self.final_norm(x_BxTxD)
+    w_DxV = self.embedding.T if self.cfg.tie_embeddings else self.head
+    dt = jnp.dtype(self.cfg.dtype)
+    return jnp.einsum('btd,dv->btv', x_BxTxD.astype(dt), w_DxV.astype(dt)).astype(jnp.float32)
+
+  def stack(self, x_BxTxD):
+    """The scanned blocks: (stream leaving block L, per-layer stats)."""
+    carry, stats = self.blocks({'x': x_BxTxD}, layer_schedule(self.cfg))
+    return carry['x'], stats
+
+  def __call__(self, tokens_BxT):
+    x_BxTxD, stats = self.stack(self.embed(tokens_BxT))
+    return self.unembed(x_BxTxD), stats
+
+
+def make_model(cfg, collect_stats: bool = False) -> Transformer:
+  """Builds the model from a full config (model section + data.seq_len)."""
+  frozen = ml_collections.FrozenConfigDict(cfg.model)  # hashable: module attributes are static
+  return Transformer(frozen, max_len=cfg.data.seq_len, collect_stats=collect_stats)
+
+
+def apply_unrolled(model: Transformer, params, tokens_BxT):
+  """Reference forward pass with a Python loop over layers (tests and benchmarks)."""
+  cfg = model.cfg
+  carry = {'x': model.apply({'params': params}, tokens_BxT, method=Transformer.embed)}
+  schedule = layer_schedule(cfg)
+  for l in range(cfg.num_layers):
+    layer_params = jax.tree.map(lambda p, l=l: p[l], params['blocks'])
+    layer = jax.tree.map(lambda s, l=l: s[l], schedule)
+    carry, _ = Block(cfg).apply({'params': layer_params}, carry, layer)
+  return model.apply({'params': params}, carry['x'], method=Transformer.unembed)
+
+
+def param_counts(params) -> tuple[int, int]:
+  """(total, non-embedding) parameter counts; embeddings, positions and an untied head excluded."""
+  total = sum(int(np.prod(p.shape)) for p in jax.tree.leaves(params))
+  emb = sum(int(np.prod(params[k].shape)) for k in EMBEDDING_PARAMS if k in params)
+  return total, total - emb

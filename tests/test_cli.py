@@ -1,0 +1,129 @@
+"""Command line end to end: a 2-rung ladder, TensorBoard tags, resume/skip, SIGTERM,
+and one-line config errors (exit 2, nothing written)."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from depthscale.writers import read_jsonl
+
+TINY = ['--config.model.d_model=32', '--config.model.num_heads=2', '--config.data.seq_len=32',
+        '--config.data.batch_size=4', '--config.data.eval_batches=1', '--config.train.steps=4',
+        '--config.train.log_every=2', '--config.train.eval_every=2',
+        '--config.train.checkpoint_every=2', '--config.optim.warmup_steps=1']
+
+EXPERIMENT = '''
+"""Two-rung test ladder."""
+from depthscale.config import default_config
+from depthscale.ladder import Rung
+
+
+def get_config(arg=None):
+  return default_config()
+
+
+def get_ladder(arg=None):
+  return [Rung('pre', {'model.block': 'pre_ln', 'model.num_layers': 2}),
+          Rung('post', {'model.block': 'post_ln', 'model.num_layers': 3})]
+'''
+
+
+def _cli(*args, **kw):
+  return subprocess.run([sys.executable, '-m', 'depthscale.main', *args], capture_output=True,
+                        text=True, timeout=600, **kw)
+
+
+@pytest.fixture
+def experiment(tmp_path):
+  path = tmp_path / 'two_rungs.py'
+  path.write_text(textwrap.dedent(EXPERIMENT))
+  return str(path)
+
+
+def test_ladder_end_to_end(tmp_path, experiment):
+  workdir = tmp_path / 'runs'
+  res = _cli(f'--config={experiment}', f'--workdir={workdir}', *TINY, '--config.train.steps=5')
+  assert res.returncode == 0, res.stderr[-2000:]
+  assert 'pre' in res.stdout and 'post' in res.stdout and 'eval_loss' in res.stdout
+  for rung, depth in (('pre', 2), ('post', 3)):
+    d = workdir / rung
+    assert {'config.json', 'layer_metrics.jsonl', 'summary.json', 'checkpoints'} <= set(os.listdir(d))
+    cfg = json.loads((d / 'config.json').read_text())
+    assert cfg['model']['num_layers'] == depth and cfg['train']['steps'] == 5  # CLI applies last
+    summary = json.loads((d / 'summary.json').read_text())
+    for key in ('final_train_loss', 'final_eval_loss', 'params', 'non_embedding_params', 'tokens',
+                'steps', 'compile_s', 'tokens_per_sec'):
+      assert key in summary
+    assert summary['steps'] == 5 and summary['tokens'] == 5 * 4 * 32
+    records = read_jsonl(d / 'layer_metrics.jsonl')
+    assert [r['step'] for r in records] == [0, 2, 4]
+    assert all(len(r[m]) == depth for r in records for m in ('grad_norm', 'act_var', 'act_rms', 'update_ratio'))
+    acc = EventAccumulator(str(d))
+    acc.Reload()
+    tags = set(acc.Tags()['scalars'])
+    expected = {'train/loss', 'eval/loss', 'train/grad_norm', 'train/lr', 'perf/tokens_per_sec',
+                'perf/step_ms'} | {f'layers/{m}/{l:04d}' for m in ('grad_norm', 'act_var')
+                                   for l in range(1, depth + 1)}
+    assert expected <= tags, expected - tags
+    assert [e.step for e in acc.Scalars('train/loss')] == [0, 2, 4]
+    assert acc.Scalars('layers/grad_norm/0001')[0].value == pytest.approx(records[0]['grad_norm'][0])
+
+  # The same command again: finished rungs are skipped, nothing retrained.
+  before = (workdir / 'pre' / 'summary.json').read_text()
+  res = _cli(f'--config={experiment}', f'--workdir={workdir}', *TINY, '--config.train.steps=5')
+  assert res.returncode == 0 and 'step' not in res.stdout.split('rung')[0]
+  assert (workdir / 'pre' / 'summary.json').read_text() == before
+
+
+def test_single_rung_by_name_and_index(tmp_path, experiment):
+  res = _cli(f'--config={experiment}', f'--workdir={tmp_path / "w"}', *TINY, '--rung=1')
+  assert res.returncode == 0, res.stderr[-2000:]
+  assert os.listdir(tmp_path / 'w') == ['post']
+
+
+def test_sigterm_saves_and_resume_matches_uninterrupted(tmp_path, experiment):
+  args = [f'--config={experiment}', *TINY, '--config.train.steps=400',
+          '--config.train.log_every=1', '--config.train.checkpoint_every=1000',
+          '--config.train.eval_every=1000', '--rung=pre']
+  proc = subprocess.Popen([sys.executable, '-m', 'depthscale.main', f'--workdir={tmp_path / "a"}',
+                           *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  log = tmp_path / 'a' / 'pre' / 'train_log.jsonl'
+  deadline = time.time() + 300
+  while not (log.exists() and len(log.read_text().splitlines()) >= 3) and time.time() < deadline:
+    time.sleep(0.2)
+  proc.send_signal(signal.SIGTERM)
+  out, err = proc.communicate(timeout=300)
+  assert proc.returncode == 0, err[-2000:]
+  assert 'SIGTERM' in out
+  saved = [d for d in os.listdir(tmp_path / 'a' / 'pre' / 'checkpoints') if d.isdigit()]
+  assert saved and not (tmp_path / 'a' / 'pre' / 'summary.json').exists()
+  assert _cli(f'--workdir={tmp_path / "a"}', *args).returncode == 0
+  assert _cli(f'--workdir={tmp_path / "b"}', *args).returncode == 0
+  resumed = read_jsonl(tmp_path / 'a' / 'pre' / 'train_log.jsonl')
+  straight = read_jsonl(tmp_path / 'b' / 'pre' / 'train_log.jsonl')
+  assert [r['train/loss'] for r in resumed] == [r['train/loss'] for r in straight]
+
+
+@pytest.mark.parametrize('flag,field', [
+    ('--config.model.num_heads=3', 'model.num_heads'),
+    ('--config.model.block=foo_ln', 'model.block'),
+    ('--config.model.norm=batchnorm', 'model.norm'),
+    ('--config.model.num_layers=0', 'model.num_layers'),
+    ('--config.model.no_such_field=1', 'no_such_field'),
+    ('--config.data.source=nope', 'data.source'),
+    ('--rung=nope', '--rung'),
+])
+def test_invalid_config_exits_2_with_one_line(tmp_path, experiment, flag, field):
+  workdir = tmp_path / 'never'
+  res = _cli(f'--config={experiment}', f'--workdir={workdir}', *TINY, flag)
+  assert res.returncode == 2, (res.returncode, res.stderr[-2000:])
+  lines = [l for l in res.stderr.splitlines() if l.strip()]
+  assert len(lines) == 1 and field in lines[0], lines
+  assert not workdir.exists()

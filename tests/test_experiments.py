@@ -1,0 +1,46 @@
+"""Every experiment file parses, declares its ladder, and every rung's model builds."""
+
+import glob
+import os
+
+import jax
+import pytest
+
+from depthscale import experiment
+from depthscale.model import make_model
+from depthscale.optim import make_optimizer
+from depthscale.steps import init_state
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FILES = sorted(glob.glob(os.path.join(ROOT, 'experiments', '*.py')))
+
+
+@pytest.mark.parametrize('path', FILES, ids=os.path.basename)
+def test_experiment_builds(path):
+  module = experiment.load_module(path)
+  doc = module.__doc__ or ''
+  assert 'python -m depthscale.main' in doc and 'Runtime' in doc and 'Expected' in doc, (
+      'the docstring gives the command, the runtime and the expected result')
+  resolved = experiment.resolve(path)
+  names = [r.name for r, _ in resolved]
+  assert len(names) == len(set(names)) >= 1
+  for _, cfg in resolved:
+    state = jax.eval_shape(lambda: init_state(make_model(cfg), make_optimizer(cfg), 0, cfg.data.seq_len))
+    assert state['params']['blocks']
+
+
+def test_budget_sweep_hits_the_budget():
+  from depthscale.ladder import block_params, budget_sweep
+  rungs = budget_sweep(400_000, [2, 8, 32], head_dim=16)
+  assert [r.name for r in rungs] == ['d128_L2', 'd64_L8', 'd32_L32']
+  for r in rungs:
+    o = r.overrides
+    assert o['model.d_model'] % 16 == 0 and o['model.num_heads'] * 16 == o['model.d_model']
+    assert r.info['achieved'] == block_params(o['model.d_model'], o['model.num_layers'])
+    assert abs(r.info['relative_error']) < 0.25
+
+
+def test_overrides_apply_in_order():
+  path = os.path.join(ROOT, 'experiments', 'quickstart.py')
+  (rung, cfg), = experiment.resolve(path, {'model.num_layers': 5}, rung='post_ln_L8')
+  assert rung.name == 'post_ln_L8' and cfg.model.block == 'post_ln' and cfg.model.num_layers == 5

@@ -1,0 +1,90 @@
+"""Trainer: per-layer metrics vs an outside computation, bitwise resume, non-finite stop."""
+
+import json
+import os
+
+import jax
+import numpy as np
+import optax
+import pytest
+
+from depthscale import data
+from depthscale.model import make_model
+from depthscale.optim import make_optimizer
+from depthscale.steps import init_state, weighted_loss
+from depthscale.train import NonFiniteError, train_rung
+from depthscale.writers import read_jsonl
+from tests.conftest import tiny_config
+
+
+def test_layer_grad_norm_matches_outside_jit(tmp_path):
+  cfg = tiny_config(**{'train.steps': 1})
+  train_rung(cfg, str(tmp_path))
+  logged = read_jsonl(tmp_path / 'layer_metrics.jsonl')[0]
+  assert logged['step'] == 0 and len(logged['grad_norm']) == cfg.model.num_layers
+
+  model = make_model(cfg)
+  params = init_state(model, make_optimizer(cfg), cfg.train.seed, cfg.data.seq_len)['params']
+  batch = next(data.train_iterator(cfg.data, cfg.train.seed))
+  with jax.disable_jit():
+    grads = jax.grad(lambda p: weighted_loss(model.apply({'params': p}, batch['inputs'])[0], batch))(params)
+  expected = [np.sqrt(sum(np.sum(np.asarray(g[l], np.float64) ** 2)
+                          for g in jax.tree.leaves(grads['blocks'])))
+              for l in range(cfg.model.num_layers)]
+  np.testing.assert_allclose(logged['grad_norm'], expected, rtol=1e-4)
+  x_out = np.asarray(jax.device_get(logged['act_var']))
+  assert np.all(x_out > 0)
+
+
+def test_resume_after_kill_is_bitwise_identical(tmp_path):
+  cfg = tiny_config(**{'train.log_every': 1})
+  full = train_rung(cfg, str(tmp_path / 'full'))
+  stopped = train_rung(cfg, str(tmp_path / 'killed'), stop_at_step=3)
+  assert stopped == {'status': 'stopped', 'step': 3}
+  assert not (tmp_path / 'killed' / 'summary.json').exists()
+  resumed = train_rung(cfg, str(tmp_path / 'killed'))
+  for f in ('train_log.jsonl', 'layer_metrics.jsonl', 'eval_log.jsonl'):
+    a, b = read_jsonl(tmp_path / 'full' / f), read_jsonl(tmp_path / 'killed' / f)
+    strip = lambda rs: [{k: v for k, v in r.items() if not k.startswith('perf/')} for r in rs]
+    assert strip(a) == strip(b), f
+  assert [r['step'] for r in read_jsonl(tmp_path / 'killed' / 'train_log.jsonl')] == list(range(6))
+  for k in ('final_train_loss', 'final_eval_loss', 'params', 'tokens', 'steps'):
+    assert full[k] == resumed[k]
+  # A finished rung is skipped: the same call returns the stored summary.
+  assert train_rung(cfg, str(tmp_path / 'killed')) == json.loads(
+      (tmp_path / 'killed' / 'summary.json').read_text())
+
+
+def test_non_finite_stops_and_keeps_last_good_checkpoint(tmp_path):
+  cfg = tiny_config(**{'optim.lr': 1e38, 'optim.clip_norm': 0.0, 'optim.warmup_steps': 0,
+                       'optim.schedule': 'constant', 'train.checkpoint_every': 1,
+                       'train.steps': 20})
+  with pytest.raises(NonFiniteError, match=r'non-finite loss or gradient at step (\d+)'):
+    train_rung(cfg, str(tmp_path))
+  ckpts = sorted(int(d) for d in os.listdir(tmp_path / 'checkpoints') if d.isdigit())
+  assert ckpts, 'the last good checkpoint must be kept'
+  assert not (tmp_path / 'summary.json').exists()
+
+
+def test_schedules_warm_up_then_decay():
+  from depthscale.optim import schedule
+  for name in ('constant', 'cosine', 'linear', 'wsd'):
+    cfg = tiny_config(**{'optim.schedule': name, 'train.steps': 100, 'optim.warmup_steps': 10})
+    lr = schedule(cfg)
+    assert float(lr(0)) == 0.0
+    assert float(lr(10)) == pytest.approx(cfg.optim.lr)
+    final = float(lr(100))
+    expect = cfg.optim.lr if name == 'constant' else cfg.optim.lr * cfg.optim.min_lr_ratio
+    assert final == pytest.approx(expect, rel=1e-4)
+  wsd = schedule(tiny_config(**{'optim.schedule': 'wsd', 'train.steps': 100, 'optim.warmup_steps': 10}))
+  assert float(wsd(79)) == pytest.approx(tiny_config().optim.lr)
+
+
+def test_weight_decay_mask():
+  from depthscale.optim import decay_mask
+  cfg = tiny_config()
+  params = init_state(make_model(cfg), optax.identity(), 0, cfg.data.seq_len)['params']
+  mask = decay_mask(cfg, params)
+  assert mask['blocks']['attn']['q'] and mask['blocks']['mlp']['wo']
+  assert not mask['embedding'] and not mask['final_norm']['scale']
+  assert not mask['blocks']['attn_norm']['bias']
