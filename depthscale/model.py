@@ -97,12 +97,15 @@ class Block(nn.Module):
   def __call__(self, carry: dict, layer: dict):
     cfg = self.cfg
     place = PLACEMENTS[cfg.block]
-    x = x_in = carry['x']
+    x = carry['x']
+    trace = {'x_in': x}  # what the recording site sees: streams and sublayer updates
     for name, branch in (('attn', Attention(cfg, name='attn')), ('mlp', Mlp(cfg, name='mlp'))):
       def norm(role, name=name):
         return make_norm(cfg, f'{name}_norm' if role == 'in' else f'{name}_norm_{role}')
-      x = place.sublayer(x, Sublayer(name, branch, norm, layer))
-    stats = block_stats({'x_in': x_in, 'x_out': x}) if self.collect_stats else {}
+      x_new = place.sublayer(x, Sublayer(name, branch, norm, layer))
+      trace[name], x = x_new - x, x_new
+    trace['x_out'] = x
+    stats = block_stats(trace) if self.collect_stats else {}
     return {**carry, 'x': x}, stats
 
 

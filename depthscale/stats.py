@@ -17,7 +17,10 @@ def _token_norm(x_BxTxD):
 
 
 def block_stats(trace: dict[str, jax.Array]) -> dict[str, jax.Array]:
-  """Statistics of one block from its trace {'x_in', 'x_out', ...}, in float32.
+  """Statistics of one block from its trace, in float32.
+
+  The trace holds 'x_in' and 'x_out' (the stream entering and leaving the block) and,
+  per sublayer ('attn', 'mlp'), the update it made to the stream.
 
   act_var: variance over batch, tokens and features of the stream leaving the block.
   act_rms: root mean square of that stream.
