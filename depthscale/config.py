@@ -74,6 +74,16 @@ def default_config() -> ConfigDict:
   s.data = -1  # data-parallel axis size (-1 = the remaining devices)
   s.fsdp = 1  # parameter-sharding axis size
   s.tensor = 1  # tensor-parallel axis size
+  s.dcn_data = 1  # slices (multi-slice/DCN): the data axis spans this many slices
+  s.max_replicated_size = 1 << 20  # largest parameter (elements) left whole when fsdp*tensor > 1
+  r = s.rules = ConfigDict()  # logical axis -> comma-separated mesh axes ('' = replicated)
+  r.batch = 'data,fsdp'  # batch rows of data and activations
+  r.embed = 'fsdp'  # d_model axis of parameters (FSDP)
+  r.mlp = 'tensor'  # MLP hidden axis (tensor parallelism)
+  r.heads = 'tensor'  # attention heads (tensor parallelism)
+  r.kv = ''  # head_dim
+  r.vocab = 'tensor'  # vocabulary axis of embedding, head and logits
+  r.layers = ''  # the scanned layer axis: never sharded
   return c
 
 
@@ -98,7 +108,7 @@ def check_choice(field: str, value, choices) -> None:
 def validate(cfg: ConfigDict) -> None:
   """Checks a resolved config; raises ConfigError with a one-line message."""
   import jax  # pylint: disable=import-outside-toplevel
-  from depthscale import blocks, data, norms  # pylint: disable=import-outside-toplevel
+  from depthscale import blocks, data, norms, sharding  # pylint: disable=import-outside-toplevel
 
   check_positive(cfg, ['model.num_layers', 'model.d_model', 'model.num_heads',
                        'model.vocab_size', 'model.init_std', 'model.norm_eps',
@@ -136,6 +146,7 @@ def validate(cfg: ConfigDict) -> None:
   for f in ('data', 'fsdp', 'tensor'):
     if cfg.mesh[f] == 0 or cfg.mesh[f] < -1:
       _fail(f'mesh.{f}', cfg.mesh[f], '-1 or a positive axis size')
+  sharding.validate(cfg.mesh)
   try:
     data.validate(cfg.data, m.vocab_size)
   except ValueError as e:

@@ -32,6 +32,11 @@ def _dense_param(module: nn.Module, name: str, shape, axes, std: float):
   return module.param(name, init, shape, jnp.float32)
 
 
+def constrain(x, *names: str | None):
+  """Activation sharding by logical axis names (a no-op unless rules and a mesh are in scope)."""
+  return nn.with_logical_constraint(x, names)
+
+
 def rope(x_BxTxNxE, base: float):
   """Rotary position embedding (rotate-half form) over the head dimension."""
   t, e = x_BxTxNxE.shape[1], x_BxTxNxE.shape[-1]
@@ -58,7 +63,7 @@ class Attention(nn.Module):
     wkv = _dense_param(self, 'kv', (cfg.d_model, 2, k, e), ('embed', None, 'heads', 'kv'), std)
     wo = _dense_param(self, 'o', (h, e, cfg.d_model), ('heads', 'kv', 'embed'), std)
     x = x_BxTxD.astype(dt)
-    q_BxTxHxE = jnp.einsum('btd,dhe->bthe', x, wq.astype(dt))
+    q_BxTxHxE = constrain(jnp.einsum('btd,dhe->bthe', x, wq.astype(dt)), 'batch', None, 'heads', 'kv')
     kv_2xBxTxKxE = jnp.einsum('btd,dcke->cbtke', x, wkv.astype(dt))
     k_BxTxKxE, v_BxTxKxE = kv_2xBxTxKxE[0], kv_2xBxTxKxE[1]
     if cfg.position == 'rope':
@@ -81,9 +86,11 @@ class Mlp(nn.Module):
       wi = _dense_param(self, 'wi', (cfg.d_model, 2, f), ('embed', None, 'mlp'), std)
       gate_up_BxTx2xF = jnp.einsum('btd,dcf->btcf', x, wi.astype(dt))
       h_BxTxF = nn.silu(gate_up_BxTx2xF[..., 0, :]) * gate_up_BxTx2xF[..., 1, :]
+      h_BxTxF = constrain(h_BxTxF, 'batch', None, 'mlp')
     else:
       wi = _dense_param(self, 'wi', (cfg.d_model, f), ('embed', 'mlp'), std)
       h_BxTxF = jax.nn.gelu(jnp.einsum('btd,df->btf', x, wi.astype(dt)), approximate=True)
+      h_BxTxF = constrain(h_BxTxF, 'batch', None, 'mlp')
     wo = _dense_param(self, 'wo', (f, cfg.d_model), ('mlp', 'embed'), std)
     return jnp.einsum('btf,fd->btd', h_BxTxF, wo.astype(dt))
 
@@ -104,6 +111,7 @@ class Block(nn.Module):
         return make_norm(cfg, f'{name}_norm' if role == 'in' else f'{name}_norm_{role}')
       x_new = place.sublayer(x, Sublayer(name, branch, norm, layer))
       trace[name], x = x_new - x, x_new
+    x = constrain(x, 'batch', None, None)
     trace['x_out'] = x
     stats = block_stats(trace) if self.collect_stats else {}
     return {**carry, 'x': x}, stats
@@ -148,7 +156,7 @@ class Transformer(nn.Module):
     x_BxTxD = jnp.take(self.embedding, tokens_BxT, axis=0)
     if self.cfg.position == 'learned':
       x_BxTxD = x_BxTxD + self.pos_embedding[None, :tokens_BxT.shape[1]]
-    return x_BxTxD.astype(jnp.dtype(self.cfg.dtype))
+    return constrain(x_BxTxD.astype(jnp.dtype(self.cfg.dtype)), 'batch', None, None)
 
   def unembed(self, x_BxTxD):
     """Final norm (if any) and LM head, in float32."""
@@ -156,7 +164,8 @@ class Transformer(nn.Module):
       x_BxTxD = self.final_norm(x_BxTxD)
     w_DxV = self.embedding.T if self.cfg.tie_embeddings else self.head
     dt = jnp.dtype(self.cfg.dtype)
-    return jnp.einsum('btd,dv->btv', x_BxTxD.astype(dt), w_DxV.astype(dt)).astype(jnp.float32)
+    logits_BxTxV = jnp.einsum('btd,dv->btv', x_BxTxD.astype(dt), w_DxV.astype(dt))
+    return constrain(logits_BxTxV.astype(jnp.float32), 'batch', None, 'vocab')
 
   def stack(self, x_BxTxD):
     """The scanned blocks: (stream leaving block L, per-layer stats)."""

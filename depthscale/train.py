@@ -11,7 +11,7 @@ import time
 import jax
 import numpy as np
 
-from depthscale import data
+from depthscale import data, sharding
 from depthscale.checkpoint import Checkpointer, abstract
 from depthscale.model import make_model, param_counts
 from depthscale.optim import make_optimizer, schedule
@@ -120,7 +120,8 @@ class _Run:
     t = cfg.train
     model, stats_model = make_model(cfg), make_model(cfg, collect_stats=True)
     tx = make_optimizer(cfg)
-    self.state = jax.jit(init_state, static_argnums=(0, 1, 2, 3))(model, tx, t.seed, cfg.data.seq_len)
+    self.plan = sharding.make_plan(cfg, model, tx, init_state)
+    self.state = self.plan.init(init_state, model, tx, t.seed, cfg.data.seq_len)
     self.params, self.non_embedding_params = param_counts(self.state['params'])
 
     self.it = data.train_iterator(cfg.data, t.seed, jax.process_index(), jax.process_count())
@@ -133,16 +134,20 @@ class _Run:
     self.start = start or 0
 
     self.hops = data.hop_values(cfg.data)
-    self.eval_set = data.eval_batches(cfg.data, t.seed, cfg.data.eval_batches,
-                                      jax.process_index(), jax.process_count())
+    self.eval_set = [self.plan.global_batch(b) for b in data.eval_batches(
+        cfg.data, t.seed, cfg.data.eval_batches, jax.process_index(), jax.process_count())]
     lr_fn = schedule(cfg)
-    self.batch = next(self.it)
+    self.batch = self.plan.global_batch(next(self.it))
     t0 = time.perf_counter()
     self.plain = self._compile(make_train_step(model, tx, lr_fn))
     self.compile_s = time.perf_counter() - t0
     self.with_stats = self._compile(make_train_step(stats_model, tx, lr_fn))
-    self.eval_fn = jax.jit(make_eval_step(model, self.hops)).lower(
-        self.state['params'], self.eval_set[0]).compile()
+    p = self.plan
+    with p.context():
+      self.eval_fn = jax.jit(make_eval_step(model, self.hops),
+                             in_shardings=(p.state['params'], p.batch),
+                             out_shardings=p.replicated).lower(
+          self.state['params'], self.eval_set[0]).compile()
     self.tokens_per_step = cfg.data.batch_size * cfg.data.seq_len
     self.clock = {'t': time.perf_counter(), 'step': self.start, 'busy': 0.0,
                   'tokens': 0, 'seconds': 0.0}
@@ -150,7 +155,7 @@ class _Run:
     self.eval_scalars: dict[str, float] = {}
 
   def _compile(self, step_fn):
-    return jax.jit(step_fn, donate_argnums=0).lower(self.state, self.batch).compile()
+    return self.plan.compile_train_step(step_fn, self.state, self.batch)
 
   def loop(self, preempt: _Preemption, stop_at_step: int | None) -> dict:
     """Runs steps start..steps-1; outputs of step s are checked while step s+1 runs."""
@@ -161,7 +166,7 @@ class _Run:
         self._finish(pending)
         return {'status': 'stopped', 'step': s}
       if s > self.start:
-        self.batch = next(self.it)
+        self.batch = self.plan.global_batch(next(self.it))
       step_fn = self.with_stats if s % t.log_every == 0 or s == steps - 1 else self.plain
       self.state, out = step_fn(self.state, self.batch)
       self._finish(pending)
