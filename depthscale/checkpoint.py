@@ -32,8 +32,8 @@ class Checkpointer:
     """(state, data_state) of a step; abstract_state gives shapes, dtypes, shardings."""
     out = self._mngr.restore(step, args=ocp.args.Composite(
         state=ocp.args.StandardRestore(abstract_state), data=ocp.args.JsonRestore()))
-    # Fresh device buffers: restored ones may alias host memory (CPU), which a donating
-    # train step then waits on forever when the state is replicated over several devices.
+    # Fresh device buffers for the donating train step (on CPU, restored buffers may alias
+    # host memory owned by orbax).
     return jax.tree.map(lambda x: x.copy(), out.state), out.data
 
   def wait(self) -> None:

@@ -86,8 +86,6 @@ def error_of(fn) -> str:
 
 
 def run_cases(workdir: str) -> dict:
-  jax.config.update('jax_compilation_cache_dir', os.path.join(workdir, 'xla_cache'))
-  jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.0)
   result = {'devices': jax.device_count(), 'reference': reference(config((1, 1, 1)))}
   for mesh in MESHES:
     result['x'.join(map(str, mesh))] = sharded(config(mesh))
