@@ -34,7 +34,7 @@ Step = Callable[[jax.Array], jax.Array]
 Write = Callable[[jax.Array], dict]  # y = step(h) -> the new carry
 SINKHORN_EPS = 1e-6  # mHC: added after the softmax and to every Sinkhorn divisor
 MHC_GATE_INIT = 0.01  # mHC: alpha_pre/post/res init (spec: from memory, unverified)
-MHC_RES_DIAG = 5.0  # mHC: diagonal logit of b_res at init (near-identity stream mixing)
+MHC_RES_DIAG = 2.0  # mHC: diagonal logit of b_res at init (H_res diagonal ~0.71 for n = 4)
 HC_SCALE_INIT = 0.01  # dynamic HC: s_alpha = s_beta at init
 
 
@@ -118,7 +118,7 @@ def _logit(p: float) -> float:
 
 class ManifoldHyperConnection(nn.Module):
   """mHC (Xie et al. 2025): H_pre = sigma() + eps, H_post = 2 sigma(), H_res = Sinkhorn().
-  Init: phi = 0, gates 0.01, b_pre = logit(1/n), b_post = 0, b_res = 5 I, so at init
+  Init: phi = 0, gates 0.01, b_pre = logit(1/n), b_post = 0, b_res = 2 I, so at init
   sum(H_pre) = 1, H_post = 1 and identical streams stay identical (Pre-LN up to eps)."""
   cfg: Any
 
@@ -248,12 +248,13 @@ class DepthWeightedAverage(nn.Module):
     return {**carry, 'x': x, 'dwa': hist_SxBxTxD}
 
 
-class SumStreams(nn.Module):
-  """HC output: the sum of the n streams (the final norm removes the factor n at init)."""
+class MeanStreams(nn.Module):
+  """HC output: the mean of the n streams (the spec's sum / n: the final norm's eps then
+  sees the Pre-LN scale, so HC at init gives the Pre-LN logits)."""
   cfg: Any
 
   def __call__(self, carry: dict) -> jax.Array:
-    return jnp.sum(carry['x'], axis=0)
+    return jnp.mean(carry['x'], axis=0)
 
 
 class ManifoldReadout(nn.Module):
@@ -310,7 +311,7 @@ class Design:
 # init); for AttnRes it is the embedding plus all sublayer outputs (the standard sum).
 DESIGNS: dict[str, Design] = {
     'standard': Design(Plain),
-    'hyper_connections': Design(HyperConnection, _streams, _mean_stream, SumStreams),
+    'hyper_connections': Design(HyperConnection, _streams, _mean_stream, MeanStreams),
     'mhc': Design(ManifoldHyperConnection, _streams, _mean_stream, ManifoldReadout),
     'denseformer': Design(Plain, _dwa_history, block_end=DepthWeightedAverage),
     'attn_res': Design(AttnResConnection, _attn_res_sources, readout=AttnResReadout),
