@@ -117,13 +117,11 @@ class Block(nn.Module):
       before = design.view(carry)
       h, write = design.connection(cfg, name=f'res_{name}')(carry, k)
       carry = write(step(h))
-      trace[name] = design.view(carry) - before
+      trace.update(parts or {name: design.view(carry) - before})  # parallel: both branch outputs
     if design.block_end is not None:
       carry = design.block_end(cfg, name='res_dwa')(carry, layer['index'])
     if values is not None:
       carry = values.update(carry)
-    trace.update(parts)
-    trace.pop('block', None)
     trace['x_out'] = design.view(carry)
     stats = block_stats(trace) if self.collect_stats else {}
     return carry, stats

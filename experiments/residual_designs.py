@@ -41,9 +41,7 @@ DESIGNS = {
 
 def get_config(arg: str | None = None):
   del arg
-  c = default_config()
-  c.data.seq_len = 128
-  c.data.batch_size = 16
+  c = default_config()  # seq_len 128, batch 16
   c.train.steps = 300
   c.train.log_every = 25
   c.train.eval_every = 150
