@@ -45,22 +45,22 @@ SKIP_FRACTION = 0.9  # effective_depth/skip: share of the summed skip losses
 _TINY = 1e-30
 
 
-def _token_cos(a, b):
-  dot = jnp.sum(a * b, axis=-1)
-  return dot / jnp.maximum(jnp.linalg.norm(a, axis=-1) * jnp.linalg.norm(b, axis=-1), _TINY)
-
-
 def angular_distance(h_prev_BxTxD, h_BxTxD) -> jax.Array:
-  """arccos(cos) / pi between two streams on the last token, mean over sequences."""
-  cos = _token_cos(h_prev_BxTxD[:, -1].astype(jnp.float32), h_BxTxD[:, -1].astype(jnp.float32))
-  return jnp.mean(jnp.arccos(jnp.clip(cos, -1.0, 1.0)) / jnp.pi)
+  """arccos(cos) / pi between two streams on the last token, mean over sequences; the
+  angle is 2 atan2(|u - w|, |u + w|) for unit vectors u, w (exactly 0 when equal)."""
+  unit = lambda x: x / jnp.maximum(jnp.linalg.norm(x, axis=-1, keepdims=True), _TINY)
+  u, w = unit(h_prev_BxTxD[:, -1].astype(jnp.float32)), unit(h_BxTxD[:, -1].astype(jnp.float32))
+  angle = 2 * jnp.arctan2(jnp.linalg.norm(u - w, axis=-1), jnp.linalg.norm(u + w, axis=-1))
+  return jnp.mean(angle / jnp.pi)
 
 
 def erank(m_NxM) -> jax.Array:
-  """Effective rank exp(H(p)), p = singular values normalized to sum 1."""
+  """Effective rank exp(H(p)), p = singular values normalized to sum 1 (0 for a zero matrix)."""
   s = jnp.linalg.svd(m_NxM.astype(jnp.float32), compute_uv=False)
-  p = s / jnp.maximum(jnp.sum(s, axis=-1, keepdims=True), _TINY)
-  return jnp.exp(-jnp.sum(jnp.where(p > 0, p * jnp.log(jnp.where(p > 0, p, 1.0)), 0.0), axis=-1))
+  total = jnp.sum(s, axis=-1, keepdims=True)
+  p = s / jnp.maximum(total, _TINY)
+  h = -jnp.sum(jnp.where(p > 0, p * jnp.log(jnp.where(p > 0, p, 1.0)), 0.0), axis=-1)
+  return jnp.where(total[..., 0] > 0, jnp.exp(h), 0.0)
 
 
 def as_matrix(w_Lx, d_model: int):

@@ -62,7 +62,7 @@ def make_train_step(model: nn.Module, tx: optax.GradientTransformation,
     out = {'loss': loss, 'grad_norm': grad_norm, 'ok': ok, 'lr': lr_fn(state['step']),
            'layer_grad_norm': layer_grad_norm}
     if aux:
-      out.update(logit_max=aux['logit_max'], param_norm=optax.global_norm(state['params']),
+      out.update(logit_max=aux['logit_max'], param_norm=optax.tree.norm(state['params']),
                  layers={**aux['layers'], **update_stats(state['params'], grads, updates),
                          'grad_norm': layer_grad_norm})
     return new_state, out
