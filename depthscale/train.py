@@ -89,12 +89,13 @@ class _Logs:
     self.tb.flush()
 
   def images(self, step: int) -> None:
-    """Per metric: a layer x step heatmap and an l/L profile (one line per logged step)."""
+    """Per metric of plots.PROFILE_METRICS: a layer x step heatmap and an l/L profile
+    (one line per logged step); a figure costs ~0.1-0.3 s, so not every metric gets one."""
     from depthscale import plots  # pylint: disable=import-outside-toplevel
     by_metric: dict[str, list] = {}
     for r in read_jsonl(self.layers.path):
       for k, v in r.items():
-        if k != 'step':
+        if k in plots.PROFILE_METRICS:
           by_metric.setdefault(k, []).append((r['step'], v))
     for metric, rows in by_metric.items():
       steps, values = [s for s, _ in rows], np.asarray([v for _, v in rows], float)

@@ -24,7 +24,8 @@ def ladder(tmp_path_factory):
     cfg = tiny_config(**{'model.num_layers': depth, 'model.d_model': 16, 'data.seq_len': 32,
                          'data.batch_size': 2, 'metrics.analysis_batch_size': 2,
                          'train.steps': 2, 'train.log_every': 1, 'train.eval_every': 2,
-                         'metrics.analysis_every': 1, 'optim.warmup_steps': 0})
+                         'metrics.analysis_every': 1, 'metrics.images': depth == 2,
+                         'optim.warmup_steps': 0})
     train_rung(cfg, str(root / f'L{depth}'))
   return root
 
