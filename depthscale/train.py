@@ -63,6 +63,7 @@ class _Logs:
   def __init__(self, workdir: str, resume_step: int | None, tb_layers: list[int]):
     self.tb = TensorBoard(workdir)
     self.tb_layers = tb_layers
+    self.pending_analysis: tuple[int, dict] | None = None  # merged into that step's record
     self.layers = Jsonl(os.path.join(workdir, 'layer_metrics.jsonl'), resume_step)
     self.train = Jsonl(os.path.join(workdir, 'train_log.jsonl'), resume_step)
     self.analysis = Jsonl(os.path.join(workdir, 'analysis_log.jsonl'), resume_step)
@@ -74,19 +75,31 @@ class _Logs:
     self.train.write({'step': step, **scalars})
     self.tb.scalars(step, scalars)
     if layers:
-      self.log_layers(step, layers)
+      self._layer_record(step, layers)
 
-  def log_layers(self, step: int, layers: dict) -> None:
-    """One layer_metrics.jsonl record and the per-layer TensorBoard scalars."""
+  def _layer_record(self, step: int, layers: dict) -> None:
+    """One layer_metrics.jsonl record per step: the step's analyses, if any, merged in."""
+    if self.pending_analysis and self.pending_analysis[0] == step:
+      layers = {**layers, **self.pending_analysis[1]}
+      self.pending_analysis = None
+    if self.pending_analysis and self.pending_analysis[0] < step:
+      self.flush_analysis()  # an analysis at a step without a logging record: its own record
     self.layers.write({'step': step, **{k: [float(v) for v in vs] for k, vs in layers.items()}})
     self.tb.scalars(step, {f'layers/{k}/{l + 1:04d}': vs[l]
                            for k, vs in layers.items() for l in self.tb_layers})
 
   def log_analysis(self, step: int, layers: dict, scalars: dict) -> None:
-    self.log_layers(step, layers)
+    """Analyses of the parameters at `step`, held until that step's logging record."""
+    self.flush_analysis()
+    self.pending_analysis = (step, layers)
     self.analysis.write({'step': step, **scalars})
     self.tb.scalars(step, scalars)
-    self.tb.flush()
+
+  def flush_analysis(self) -> None:
+    if self.pending_analysis:
+      step, layers = self.pending_analysis
+      self.pending_analysis = None
+      self._layer_record(step, layers)
 
   def images(self, step: int) -> None:
     """Per metric of plots.PROFILE_METRICS: a layer x step heatmap and an l/L profile
@@ -286,8 +299,10 @@ class _Run:
     c, cfg = self.clock, self.cfg
     if self.analyzer:
       self._analyse(cfg.train.steps)
-    if self.lead and cfg.metrics.images:
-      self.logs.images(cfg.train.steps)
+    if self.lead:
+      self.logs.flush_analysis()
+      if cfg.metrics.images:
+        self.logs.images(cfg.train.steps)
     return {
         'final_train_loss': self.last_loss,
         'final_eval_loss': self.eval_scalars.get('eval/loss', float('nan')),
@@ -303,4 +318,5 @@ class _Run:
   def close(self) -> None:
     self.ckpt.close()
     if self.lead:
+      self.logs.flush_analysis()
       self.logs.tb.close()
