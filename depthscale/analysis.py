@@ -16,7 +16,7 @@ the embedding, never final-normed unless stated):
   skip_delta_loss: loss with block l replaced by the identity minus the loss of the full
     model (ShortGPT / Curse of Depth layer removal, on LM loss).
   jacobian_identity_dev: ||J_l v - v|| / ||v|| for one Gaussian v, J_l the Jacobian of
-    block l at its input (jvp): 0 when the block is the identity.
+    block l (its whole scan carry) at its input (jvp): 0 when the block is the identity.
   attn_entropy_mean, attn_entropy_min: per head the mean over queries of
     -sum_j a_ij ln a_ij (causal), then the mean and min over heads (Zhai et al. 2023).
   param_rotation: 1 - cos(vec W_l(t), vec W_l(0)) over the block's matrices
@@ -92,10 +92,12 @@ def make_analysis_fn(model: Transformer) -> Callable[[Any, dict, jax.Array], dic
     """One block on the clean forward: output stream, jvp test, entropies, Csordas cosines."""
     p_l, layer, key = xs
     (out, stats), sown = stat_block.apply({'params': p_l}, carry, layer, mutable=['analysis'])
-    x = carry['x']
-    v = jax.random.normal(key, x.shape, jnp.float32).astype(x.dtype)
-    _, jv = jax.jvp(lambda x: run_block(p_l, {**carry, 'x': x}, layer)['x'], (x,), (v,))
-    dev = jnp.linalg.norm((jv - v).astype(jnp.float32)) / jnp.linalg.norm(v.astype(jnp.float32))
+    leaves, tree = jax.tree.flatten(carry)  # the whole carry: residual designs may add state
+    v = tree.unflatten([jax.random.normal(k, a.shape, jnp.float32).astype(a.dtype)
+                        for k, a in zip(jax.random.split(key, len(leaves)), leaves)])
+    _, jv = jax.jvp(lambda c: run_block(p_l, c, layer), (carry,), (v,))
+    sq = lambda t: sum(jnp.sum(jnp.square(a.astype(jnp.float32))) for a in jax.tree.leaves(t))
+    dev = jnp.sqrt(sq(jax.tree.map(jnp.subtract, jv, v)) / sq(v))
     ent_H = jnp.concatenate([jnp.ravel(e) for e in jax.tree.leaves(sown['analysis'])])
     return out, {'x_out': out['x'], 'jacobian_identity_dev': dev,
                  'attn_entropy_mean': jnp.mean(ent_H), 'attn_entropy_min': jnp.min(ent_H),
