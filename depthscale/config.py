@@ -71,7 +71,7 @@ def default_config() -> ConfigDict:
   t.keep_checkpoints = 2  # checkpoints kept on disk
 
   a = c.metrics = ConfigDict()
-  a.analysis_every = 100  # steps between per-layer analyses (depthscale.analysis), 0 = off; also at the end
+  a.analysis_every = 100  # steps between per-layer analyses (depthscale.analysis), 0 = off; also at the last step
   a.analysis_batch_size = 4  # sequences of the first eval batch the analyses run on
   a.tb_layers = 64  # per-layer TensorBoard scalars for at most this many layers (evenly spaced subset)
   a.images = True  # at the end, TensorBoard images of the main metrics: layer x step heatmaps, l/L profiles

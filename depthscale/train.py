@@ -222,8 +222,8 @@ class _Run:
         return {'status': 'stopped', 'step': s}
       if s > self.start:
         self.batch = next(self.it)
-      if self.analyzer and s % self.cfg.metrics.analysis_every == 0:
-        self._analyse(s)
+      if self.analyzer and (s % self.cfg.metrics.analysis_every == 0 or s == steps - 1):
+        self._analyse(s)  # the last one shares the final logging step's record
       step_fn = self.with_stats if s % t.log_every == 0 or s == steps - 1 else self.plain
       self.state, out = step_fn(self.state, self.batch)
       self._finish(pending)
@@ -297,8 +297,6 @@ class _Run:
 
   def _summary(self) -> dict:
     c, cfg = self.clock, self.cfg
-    if self.analyzer:
-      self._analyse(cfg.train.steps)
     if self.lead:
       self.logs.flush_analysis()
       if cfg.metrics.images:
