@@ -6,8 +6,9 @@ output stream, its Jacobian's distance from the identity and its attention entro
 the logit lens mapped over layers; and the loss with each block skipped, mapped over the
 skipped block. Nothing loops over layers in Python or recompiles per layer.
 
-Per-layer metrics (length L, block 1 first; h_l is the raw stream leaving block l, h_0
-the embedding, never final-normed unless stated):
+Per-layer metrics (length L, block 1 first; h_l is the raw stream leaving block l (the
+residual design's view of its carry), h_0 the embedding, never final-normed unless stated;
+p_L is the model's output distribution, after the design's readout):
   angular_distance: arccos(cos(h_{l-1}[T], h_l[T])) / pi on the last token T, mean over
     sequences (Gromov et al. 2024; Curse of Depth, Sun et al. 2025).
   logit_lens_kl: KL(p_l || p_L) with p_l = softmax(W_U FinalNorm(h_l)), mean over tokens:
@@ -35,6 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from depthscale import residual
 from depthscale.blocks import layer_schedule
 from depthscale.model import Block, Transformer
 from depthscale.steps import weighted_loss
@@ -84,6 +86,7 @@ def make_analysis_fn(model: Transformer) -> Callable[[Any, dict, jax.Array], dic
   cfg = model.cfg
   block, stat_block = Block(cfg), Block(cfg, collect_stats=True)
   schedule = layer_schedule(cfg)
+  view = residual.DESIGNS[cfg.residual].view  # the one stream of a residual design's carry
 
   def run_block(p_l, carry, layer):
     return block.apply({'params': p_l}, carry, layer)[0]
@@ -99,33 +102,38 @@ def make_analysis_fn(model: Transformer) -> Callable[[Any, dict, jax.Array], dic
     sq = lambda t: sum(jnp.sum(jnp.square(a.astype(jnp.float32))) for a in jax.tree.leaves(t))
     dev = jnp.sqrt(sq(jax.tree.map(jnp.subtract, jv, v)) / sq(v))
     ent_H = jnp.concatenate([jnp.ravel(e) for e in jax.tree.leaves(sown['analysis'])])
-    return out, {'x_out': out['x'], 'jacobian_identity_dev': dev,
+    return out, {'x_out': view(out), 'jacobian_identity_dev': dev,
                  'attn_entropy_mean': jnp.mean(ent_H), 'attn_entropy_min': jnp.min(ent_H),
                  'cos_mean': (stats['attn_cos'] + stats['mlp_cos'] + stats['update_cos']) / 3}
 
-  def skipped_loss(params, x0, batch, skip):
+  def apply(params, *args, method):
+    return model.apply({'params': params}, *args, method=method)
+
+  def skipped_loss(params, carry0, batch, skip):
     """Loss with block `skip` (0-based) replaced by the identity."""
     def body(carry, xs):
       p_l, layer, l = xs
       out = run_block(p_l, carry, layer)
       return jax.tree.map(lambda new, old: jnp.where(l == skip, old, new), out, carry), None
     idx = jnp.arange(cfg.num_layers)
-    carry, _ = jax.lax.scan(body, {'x': x0}, (params['blocks'], schedule, idx))
-    logits = model.apply({'params': params}, carry['x'], method=Transformer.unembed)
+    carry, _ = jax.lax.scan(body, carry0, (params['blocks'], schedule, idx))
+    logits = apply(params, apply(params, carry, method=Transformer.finish), method=Transformer.unembed)
     return weighted_loss(logits, batch)
 
   def analyse(params, batch, key) -> dict:
-    x0 = model.apply({'params': params}, batch['inputs'], method=Transformer.embed)
+    carry0 = apply(params, apply(params, batch['inputs'], method=Transformer.embed),
+                   method=Transformer.start)
     keys = jax.random.split(key, cfg.num_layers)
-    carry, per = jax.lax.scan(probe, {'x': x0}, (params['blocks'], schedule, keys))
+    carry, per = jax.lax.scan(probe, carry0, (params['blocks'], schedule, keys))
     h_LxBxTxD = per.pop('x_out')
-    h_prev = jnp.concatenate([x0[None], h_LxBxTxD[:-1]])
-    unembed = lambda h: jax.nn.log_softmax(
-        model.apply({'params': params}, h, method=Transformer.unembed), axis=-1)
-    log_p_final = unembed(carry['x'])
-    kl, top5 = jax.lax.map(lambda h: logit_lens(unembed(h), log_p_final), h_LxBxTxD)
-    base = weighted_loss(model.apply({'params': params}, carry['x'], method=Transformer.unembed), batch)
-    skip = jax.lax.map(lambda s: skipped_loss(params, x0, batch, s), jnp.arange(cfg.num_layers))
+    h_prev = jnp.concatenate([view(carry0)[None], h_LxBxTxD[:-1]])
+    log_softmax = lambda h: jax.nn.log_softmax(apply(params, h, method=Transformer.unembed), axis=-1)
+    final_logits = apply(params, apply(params, carry, method=Transformer.finish),
+                         method=Transformer.unembed)
+    log_p_final = jax.nn.log_softmax(final_logits, axis=-1)
+    kl, top5 = jax.lax.map(lambda h: logit_lens(log_softmax(h), log_p_final), h_LxBxTxD)
+    base = weighted_loss(final_logits, batch)
+    skip = jax.lax.map(lambda s: skipped_loss(params, carry0, batch, s), jnp.arange(cfg.num_layers))
     acts = h_LxBxTxD.reshape(cfg.num_layers, -1, h_LxBxTxD.shape[-1]).astype(jnp.float32)
     mats = [erank(as_matrix(w, cfg.d_model)) for w in jax.tree.leaves(params['blocks']) if w.ndim >= 3]
     return {**per,
