@@ -18,7 +18,7 @@ import numpy as np
 from depthscale import residual
 from depthscale.blocks import PLACEMENTS, Sublayer, layer_schedule
 from depthscale.norms import make_norm
-from depthscale.stats import block_stats
+from depthscale.stats import attention_entropy, block_stats
 
 EMBEDDING_PARAMS = ('embedding', 'pos_embedding', 'head')
 
@@ -72,6 +72,8 @@ class Attention(nn.Module):
       v_BxTxKxE = mix_values(v_BxTxKxE, x)
     if cfg.position == 'rope':
       q_BxTxHxE, k_BxTxKxE = rope(q_BxTxHxE, cfg.rope_base), rope(k_BxTxKxE, cfg.rope_base)
+    if self.is_mutable_collection('analysis'):  # explicit probabilities: analysis path only
+      self.sow('analysis', 'attn_entropy', attention_entropy(q_BxTxHxE, k_BxTxKxE))
     o_BxTxHxE = jax.nn.dot_product_attention(q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, is_causal=True)
     return jnp.einsum('bthe,hed->btd', o_BxTxHxE, wo.astype(dt))
 
@@ -143,7 +145,7 @@ def block_stack(cfg, collect_stats: bool):
   block = Block
   if cfg.remat != 'none':
     block = nn.remat(Block, policy=getattr(jax.checkpoint_policies, cfg.remat), prevent_cse=False)
-  return nn.scan(block, variable_axes={'params': 0}, split_rngs={'params': True},
+  return nn.scan(block, variable_axes={'params': 0, 'intermediates': 0}, split_rngs={'params': True},
                  in_axes=0, length=cfg.num_layers,
                  metadata_params={nn.PARTITION_NAME: 'layers'})(cfg, collect_stats)
 
