@@ -1,0 +1,46 @@
+"""Norm-free Transformers: LayerNorm vs RMSNorm vs DyT vs Derf, all Pre-LN.
+
+Run:
+  python -m depthscale.main --config=experiments/norm_free.py --workdir=runs/norm_free
+
+Ladder: model.norm in layernorm, rmsnorm, dyt, derf at depths 2 and 8 (8 rungs), d_model
+64, SwiGLU, 150 steps. DyT/Derf replace every norm (block inputs and the final norm) and
+scale the embedding by a learnable scalar initialized to sqrt(D). alpha0 = 1.0 at every
+position (Derf's GPT-2 setting): the authors give no values for widths below 4096, so a
+sweep of model.norm_alpha_attn / _mlp / _final is part of the study.
+
+Runtime (estimated from one measured rung, ~40 s at L=8 on this shared 2-core CPU):
+about 4 minutes on an idle machine.
+
+What the papers report (to be reproduced at scale on accelerators): DyT matches or
+exceeds LayerNorm/RMSNorm across vision and language, LLaMA 7B-70B included, mostly
+without tuning (Zhu et al. 2025); Derf outperforms LayerNorm, RMSNorm and DyT across
+vision, speech and DNA models, the gain coming from generalization (Chen et al. 2025);
+DyT's benefit is regime-dependent: it helps at small token budgets and hurts at larger
+ones (P20 in ../shared/papers.md).
+"""
+
+from depthscale.config import default_config
+from depthscale.ladder import cross, depth_sweep
+
+
+def get_config(arg: str | None = None):
+  del arg
+  c = default_config()
+  c.model.d_model = 64
+  c.model.num_heads = 2
+  c.model.mlp = 'swiglu'
+  c.data.seq_len = 128
+  c.data.batch_size = 16
+  c.train.steps = 150
+  c.train.log_every = 25
+  c.train.eval_every = 75
+  c.train.checkpoint_every = 75
+  c.optim.warmup_steps = 15
+  return c
+
+
+def get_ladder(arg: str | None = None):
+  del arg
+  return cross({n: {'model.norm': n} for n in ('layernorm', 'rmsnorm', 'dyt', 'derf')},
+               depth_sweep([2, 8]))
