@@ -13,12 +13,11 @@ the deeper blocks of Pre-LN should update least.
 Runtime (estimated from one measured rung: L=8 at 150 steps took ~40 s on this shared
 2-core CPU): about 8 minutes on an idle machine.
 
-What the papers report (at 130M-1B on LLaMA/C4, to be reproduced at scale on
-accelerators): LayerNorm Scaling lowers perplexity against Pre-LN at every size and makes
-deep layers contribute more (pruning them hurts more), and the gain carries over to
+Expected result (what the papers report at 130M-1B on LLaMA/C4, to be reproduced at scale
+on accelerators): LayerNorm Scaling lowers perplexity against Pre-LN at every size and
+makes deep layers contribute more (pruning them hurts more), and the gain carries over to
 fine-tuning (Sun et al. 2025). Mix-LN beats both Pre-LN and Post-LN from 70M to 7B, with
-more uniform gradient norms across layers (Li et al. 2025).
-"""
+more uniform gradient norms across layers (Li et al. 2025)."""
 
 from depthscale.config import default_config
 from depthscale.ladder import cross, depth_sweep

@@ -12,13 +12,12 @@ sweep of model.norm_alpha_attn / _mlp / _final is part of the study.
 Runtime (estimated from one measured rung, ~40 s at L=8 on this shared 2-core CPU):
 about 4 minutes on an idle machine.
 
-What the papers report (to be reproduced at scale on accelerators): DyT matches or
-exceeds LayerNorm/RMSNorm across vision and language, LLaMA 7B-70B included, mostly
-without tuning (Zhu et al. 2025); Derf outperforms LayerNorm, RMSNorm and DyT across
-vision, speech and DNA models, the gain coming from generalization (Chen et al. 2025);
-DyT's benefit is regime-dependent: it helps at small token budgets and hurts at larger
-ones (P20 in ../shared/papers.md).
-"""
+Expected result (what the papers report, to be reproduced at scale on accelerators): DyT
+matches or exceeds LayerNorm/RMSNorm across vision and language, LLaMA 7B-70B included,
+mostly without tuning (Zhu et al. 2025); Derf outperforms LayerNorm, RMSNorm and DyT
+across vision, speech and DNA models, the gain coming from generalization (Chen et al.
+2025); DyT's benefit is regime-dependent: it helps at small token budgets and hurts at
+larger ones (P20 in ../shared/papers.md)."""
 
 from depthscale.config import default_config
 from depthscale.ladder import cross, depth_sweep

@@ -14,15 +14,15 @@ jobs shared it (at L=2 about half); the full ladder is therefore an estimate of 
 12-15 minutes on an idle machine (not run end to end here; see the command with
 --config.train.steps=3, which runs every rung).
 
-What the papers report (to be reproduced at scale on accelerators): Post-LN diverges or
-lags without warmup as depth grows (Xiong et al. 2020); DeepNorm trains 1,000-layer
-Post-LN models stably (Wang et al. 2022); Sub-LN/Magneto and NormFormer improve
-pretraining perplexity over Pre-LN (NormFormer: the same perplexity 22% faster at 1.3B);
-Peri-LN gives more balanced variance growth and steadier training than Pre-/Post-LN up to
-3.2B; Mix-LN beats both Pre- and Post-LN from 70M to 7B; HybridNorm(*) beats Pre-Norm at
-1.2B dense / MoE; Keel trains Post-LN stably past 1,000 layers; nGPT reaches the same
-loss with 4-20x fewer steps; SimpleGPT allows 3-10x larger learning rates.
-"""
+Expected result (what the papers report, to be reproduced at scale on accelerators):
+Post-LN diverges or lags without warmup as depth grows (Xiong et al. 2020); DeepNorm
+trains 1,000-layer Post-LN models stably (Wang et al. 2022); Sub-LN/Magneto and
+NormFormer improve pretraining perplexity over Pre-LN (NormFormer: the same perplexity
+22% faster at 1.3B); Peri-LN gives more balanced variance growth and steadier training
+than Pre-/Post-LN up to 3.2B; Mix-LN beats both Pre- and Post-LN from 70M to 7B;
+HybridNorm(*) beats Pre-Norm at 1.2B dense / MoE; Keel trains Post-LN stably past 1,000
+layers; nGPT reaches the same loss with 4-20x fewer steps; SimpleGPT allows 3-10x larger
+learning rates."""
 
 from depthscale.blocks import PLACEMENTS
 from depthscale.config import default_config

@@ -14,9 +14,9 @@ from tests.conftest import tiny_config
 
 
 def small_config(**model_overrides):
-  """L=2, D=16, H=2, T=16, B=2; keyword arguments override model fields."""
+  """L=2, D=16, H=2, T=16, B=2 on the grammar data; keyword arguments override model fields."""
   c = tiny_config(**{'model.num_layers': 2, 'model.d_model': 16, 'model.num_heads': 2,
-                     'data.seq_len': 16, 'data.batch_size': 2})
+                     'data.seq_len': 16, 'data.batch_size': 2, 'data.source': 'grammar'})
   for k, v in model_overrides.items():
     c.model[k] = v
   return c

@@ -53,7 +53,7 @@ def test_lns_attention_input_is_rmsnorm_over_sqrt_l():
 def test_lns_with_one_block_is_pre_ln():
   model, params = init(block='pre_ln', ln_scaling=True, num_layers=1)
   base = make_model(small_config(block='pre_ln', num_layers=1))
-  toks = tokens(model.cfg and small_config())
+  toks = tokens(small_config())
   np.testing.assert_array_equal(model.apply({'params': params}, toks)[0],
                                 base.apply({'params': params}, toks)[0])
 
@@ -276,23 +276,19 @@ def test_simple_norm_every_linear_normalized_and_weight_scale_invariant():
 
 def test_layer_rope_with_zero_theta_is_pre_ln_with_tied_gains():
   model, params = init(layer_rope=True, layer_rope_theta=0.0, norm='rmsnorm')
-  base, base_params = init(norm='rmsnorm')
+  base = make_model(small_config(norm='rmsnorm'))
   gain = 1.0 + 0.3 * jax.random.normal(jax.random.PRNGKey(12), (D,))
   params['layer_rope_gain'] = gain
-  tied = jnp.tile(gain, (2, 1))
-  base_params['blocks']['attn_norm']['scale'] = tied
-  base_params['blocks']['mlp_norm']['scale'] = tied
-  for k in ('attn', 'mlp', 'embedding'):
-    base_params[k if k == 'embedding' else 'blocks'] = (
-        params['embedding'] if k == 'embedding' else base_params['blocks'])
-  base_params['blocks']['attn'], base_params['blocks']['mlp'] = (params['blocks']['attn'],
-                                                                params['blocks']['mlp'])
-  base_params['final_norm'] = params['final_norm']
+  tied = {'scale': jnp.tile(gain, (2, 1))}
+  base_params = {'embedding': params['embedding'], 'final_norm': params['final_norm'],
+                 'blocks': {'attn': params['blocks']['attn'], 'mlp': params['blocks']['mlp'],
+                            'attn_norm': tied, 'mlp_norm': tied}}
   toks = tokens(small_config())
   np.testing.assert_allclose(model.apply({'params': params}, toks)[0],
                              base.apply({'params': base_params}, toks)[0], atol=1e-5)
   count = lambda p: sum(int(np.prod(a.shape)) for a in jax.tree.leaves(p))
-  assert count(params) == count(base_params) - (2 * 2 - 1) * D + 2 * 2
+  pre_ln_params = jax.eval_shape(lambda: base.init(jax.random.PRNGKey(0), toks))['params']
+  assert count(params) == count(pre_ln_params) - (2 * 2 - 1) * D + 2 * 2
 
 
 def test_fix_norm_and_pointwise_embedding_scale():
