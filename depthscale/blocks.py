@@ -9,13 +9,16 @@ references are in ../shared/specs/normalization.md (section numbers below).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any, Callable
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from depthscale import ngpt
+from depthscale import layer_rope, ngpt
+from depthscale.norms import make_norm
 
 
 @dataclasses.dataclass(frozen=True)
@@ -204,3 +207,37 @@ def layer_schedule(cfg) -> dict[str, jax.Array]:
           'ln_scale': jax.lax.rsqrt(index.astype(jnp.float32)) if cfg.ln_scaling else ones,
           'post': index <= num_post_blocks(cfg),
           'skip_alpha': ones * skip_alpha(cfg)}
+
+
+def sublayer_factory(module: nn.Module, cfg, layer: dict, carry: dict):
+  """(name, branch) -> the Sublayer a placement sees, for the Block `module`: norms built
+  once per role (a second call shares the parameters), LayerRoPE gains when
+  model.layer_rope, per-block parameters named '<sublayer>_<name>', GPAS gates."""
+  built: dict[str, Any] = {}
+
+  def norm(role: str, name: str):
+    key = f'{name}_norm' if role == 'in' else f'{name}_norm_{role}'
+    if key not in built:
+      if cfg.layer_rope:
+        rope_norm = layer_rope.LayerRopeNorm(cfg, name, name=key)
+        built[key] = lambda x: rope_norm(x, layer['index'], carry['layer_rope_gain'])
+      else:
+        built[key] = make_norm(cfg, key, position=name)
+    return built[key]
+
+  def param(pname: str, init, shape, axes, name: str):
+    return module.param(f'{name}_{pname}', nn.with_logical_partitioning(init, axes), shape,
+                        jnp.float32)
+
+  def gate(name: str):
+    if not cfg.gpas:
+      return lambda x: x
+    key = 'gpas_gate' if cfg.gpas_share_per_block else f'{name}_gpas_gate'
+    if key not in built:
+      built[key] = module.param(key, nn.initializers.zeros, (), jnp.float32)
+    return functools.partial(gpas, built[key])
+
+  def make(name: str, branch) -> Sublayer:
+    return Sublayer(name, branch, functools.partial(norm, name=name), layer, cfg,
+                    functools.partial(param, name=name), gate(name))
+  return make

@@ -7,7 +7,6 @@ F MLP width, V vocab, L layers. Every parameter carries logical axis names
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import flax.linen as nn
@@ -17,7 +16,7 @@ import ml_collections
 import numpy as np
 
 from depthscale import inner_norms, layer_rope, ngpt
-from depthscale.blocks import PLACEMENTS, Sublayer, gpas, layer_schedule
+from depthscale.blocks import PLACEMENTS, layer_schedule, sublayer_factory
 from depthscale.norms import EMBED_SCALED, l2_normalize, make_norm
 from depthscale.stats import block_stats
 
@@ -119,38 +118,9 @@ class Block(nn.Module):
     place = PLACEMENTS[cfg.block]
     x = carry['x']
     trace = {'x_in': x}  # what the recording site sees: streams and sublayer updates
-    norms = {}
-
-    def norm(role, name):
-      """The sublayer's norm for role 'in' or 'out', built once (a second call shares it)."""
-      key = f'{name}_norm' if role == 'in' else f'{name}_norm_{role}'
-      if key not in norms:
-        if cfg.layer_rope:
-          rope_norm = layer_rope.LayerRopeNorm(cfg, name, name=key)
-          norms[key] = lambda x: rope_norm(x, layer['index'], carry['layer_rope_gain'])
-        else:
-          norms[key] = make_norm(cfg, key, position=name)
-      return norms[key]
-
-    def param(pname, init, shape, axes, name):
-      return self.param(f'{name}_{pname}', nn.with_logical_partitioning(init, axes), shape,
-                        jnp.float32)
-
-    gates = {}
-
-    def gate(name):
-      """GPAS of the sublayer: one gate per block (model.gpas_share_per_block) or per sublayer."""
-      if not cfg.gpas:
-        return lambda x: x
-      key = 'gpas_gate' if cfg.gpas_share_per_block else f'{name}_gpas_gate'
-      if key not in gates:
-        gates[key] = self.param(key, nn.initializers.zeros, (), jnp.float32)
-      return functools.partial(gpas, gates[key])
-
+    make_sublayer = sublayer_factory(self, cfg, layer, carry)
     for name, branch in (('attn', Attention(cfg, name='attn')), ('mlp', Mlp(cfg, name='mlp'))):
-      sub = Sublayer(name, branch, functools.partial(norm, name=name), layer, cfg,
-                     functools.partial(param, name=name), gate(name))
-      x_new = place.sublayer(x, sub)
+      x_new = place.sublayer(x, make_sublayer(name, branch))
       trace[name], x = x_new - x, x_new
     trace['x_out'] = x
     stats = block_stats(trace) if self.collect_stats else {}

@@ -19,22 +19,19 @@ makes deep layers contribute more (pruning them hurts more), and the gain carrie
 fine-tuning (Sun et al. 2025). Mix-LN beats both Pre-LN and Post-LN from 70M to 7B, with
 more uniform gradient norms across layers (Li et al. 2025)."""
 
-from depthscale.config import default_config
+import os
+
+from depthscale.experiment import load_module
 from depthscale.ladder import cross, depth_sweep
 
 
 def get_config(arg: str | None = None):
-  del arg
-  c = default_config()
-  c.model.d_model = 64
-  c.model.num_heads = 2
+  """The quickstart's small run (d_model 64, T 128, batch 16, 150 steps) with RMSNorm (eps 1e-6), SwiGLU and 200 steps."""
+  c = load_module(os.path.join(os.path.dirname(__file__), 'quickstart.py')).get_config(arg)
   c.model.norm = 'rmsnorm'
   c.model.norm_eps = 1e-6
   c.model.mlp = 'swiglu'
-  c.data.seq_len = 128
-  c.data.batch_size = 16
   c.train.steps = 200
-  c.train.log_every = 25
   c.train.eval_every = 100
   c.train.checkpoint_every = 100
   c.optim.warmup_steps = 20

@@ -19,23 +19,16 @@ across vision, speech and DNA models, the gain coming from generalization (Chen 
 2025); DyT's benefit is regime-dependent: it helps at small token budgets and hurts at
 larger ones (P20 in ../shared/papers.md)."""
 
-from depthscale.config import default_config
+import os
+
+from depthscale.experiment import load_module
 from depthscale.ladder import cross, depth_sweep
 
 
 def get_config(arg: str | None = None):
-  del arg
-  c = default_config()
-  c.model.d_model = 64
-  c.model.num_heads = 2
+  """The quickstart's small run (d_model 64, T 128, batch 16, 150 steps) with SwiGLU."""
+  c = load_module(os.path.join(os.path.dirname(__file__), 'quickstart.py')).get_config(arg)
   c.model.mlp = 'swiglu'
-  c.data.seq_len = 128
-  c.data.batch_size = 16
-  c.train.steps = 150
-  c.train.log_every = 25
-  c.train.eval_every = 75
-  c.train.checkpoint_every = 75
-  c.optim.warmup_steps = 15
   return c
 
 

@@ -25,26 +25,19 @@ layers; nGPT reaches the same loss with 4-20x fewer steps; SimpleGPT allows 3-10
 learning rates."""
 
 from depthscale.blocks import PLACEMENTS
-from depthscale.config import default_config
+import os
+
+from depthscale.experiment import load_module
 from depthscale.ladder import cross, depth_sweep
 
 NGPT = {'optim.weight_decay': 0.0, 'optim.warmup_steps': 0, 'model.tie_embeddings': False}
 
 
 def get_config(arg: str | None = None):
-  del arg
-  c = default_config()
-  c.model.d_model = 64
-  c.model.num_heads = 2
+  """The quickstart's small run (d_model 64, T 128, batch 16, 150 steps) with RMSNorm and SwiGLU."""
+  c = load_module(os.path.join(os.path.dirname(__file__), 'quickstart.py')).get_config(arg)
   c.model.norm = 'rmsnorm'
   c.model.mlp = 'swiglu'
-  c.data.seq_len = 128
-  c.data.batch_size = 16
-  c.train.steps = 150
-  c.train.log_every = 25
-  c.train.eval_every = 75
-  c.train.checkpoint_every = 75
-  c.optim.warmup_steps = 15
   return c
 
 
