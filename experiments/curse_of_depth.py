@@ -10,8 +10,10 @@ depth-scaled output init (the LNS authors' recommendation), 200 steps. Compare
 `final_eval_loss` and the per-layer `update_ratio` / `grad_norm` in layer_metrics.jsonl:
 the deeper blocks of Pre-LN should update least.
 
-Runtime (estimated from one measured rung: L=8 at 150 steps took ~40 s on this shared
-2-core CPU): about 8 minutes on an idle machine.
+Runtime: ESTIMATED, not measured end to end: the quickstart measures ~30 s per rung at
+this size on an idle 2-core CPU, so 9 rungs (200 steps, up to L=16) take about 6-8 minutes. Measured here only
+with --config.train.steps=3 on a machine shared by ~5 jobs (load 15-20): 1.5-2 min per
+rung, mostly compilation.
 
 Expected result (what the papers report at 130M-1B on LLaMA/C4, to be reproduced at scale
 on accelerators): LayerNorm Scaling lowers perplexity against Pre-LN at every size and

@@ -9,8 +9,10 @@ scale the embedding by a learnable scalar initialized to sqrt(D). alpha0 = 1.0 a
 position (Derf's GPT-2 setting): the authors give no values for widths below 4096, so a
 sweep of model.norm_alpha_attn / _mlp / _final is part of the study.
 
-Runtime (estimated from one measured rung, ~40 s at L=8 on this shared 2-core CPU):
-about 4 minutes on an idle machine.
+Runtime: ESTIMATED, not measured end to end: the quickstart measures ~30 s per rung at
+this size on an idle 2-core CPU, so 8 rungs take about 4 minutes. Measured here only
+with --config.train.steps=3 on a machine shared by ~5 jobs (load 15-20): 1.5-2 min per
+rung, mostly compilation.
 
 Expected result (what the papers report, to be reproduced at scale on accelerators): DyT
 matches or exceeds LayerNorm/RMSNorm across vision and language, LLaMA 7B-70B included,

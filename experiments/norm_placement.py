@@ -9,10 +9,13 @@ ngpt, simple_norm) at depths 2 and 8 (26 rungs), d_model 64, 150 steps each, on 
 embedded synthetic data. All use RMSNorm and SwiGLU (nGPT needs SwiGLU) except as the
 method prescribes; nGPT runs without weight decay and warmup, as in its code.
 
-Runtime (measured): one rung at L=8 took about 40 s on this 2-core CPU while ~5 other
-jobs shared it (at L=2 about half); the full ladder is therefore an estimate of about
-12-15 minutes on an idle machine (not run end to end here; see the command with
---config.train.steps=3, which runs every rung).
+Runtime: ESTIMATED, not measured end to end: the quickstart measures ~30 s per rung at
+this size on an idle 2-core CPU, so 26 rungs take about 13 minutes. Measured here only
+with --config.train.steps=3 on a machine shared by ~5 jobs (load 15-20): 1.5-2 min per
+rung, mostly compilation.
+That run finished the first 9 rungs (pre_ln, post_ln, peri_ln, sandwich_ln at L2
+and L8, mix_ln L2) before its time limit; every placement also trains 20 steps in
+tests/test_norm_training.py.
 
 Expected result (what the papers report, to be reproduced at scale on accelerators):
 Post-LN diverges or lags without warmup as depth grows (Xiong et al. 2020); DeepNorm
