@@ -7,6 +7,7 @@ F MLP width, V vocab, L layers. Every parameter carries logical axis names
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import flax.linen as nn
@@ -15,6 +16,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
+from depthscale import parametrization as pz
 from depthscale.blocks import PLACEMENTS, Sublayer, layer_schedule
 from depthscale.norms import make_norm
 from depthscale.stats import block_stats
@@ -27,8 +29,9 @@ def d_ff(cfg) -> int:
   return cfg.d_ff or int(round(cfg.mlp_ratio * cfg.d_model))
 
 
-def _dense_param(module: nn.Module, name: str, shape, axes, std: float):
-  init = nn.with_logical_partitioning(nn.initializers.normal(std), axes)
+def _dense_param(module: nn.Module, name: str, shape, axes, std):
+  """A float32 matrix with N(0, std^2) init (std from depthscale.parametrization)."""
+  init = nn.with_logical_partitioning(pz.scaled_normal(std), axes)
   return module.param(name, init, shape, jnp.float32)
 
 
@@ -48,22 +51,26 @@ class Attention(nn.Module):
   cfg: Any
 
   @nn.compact
-  def __call__(self, x_BxTxD):
+  def __call__(self, x_BxTxD, index=None):
     cfg = self.cfg
     dt = jnp.dtype(cfg.dtype)
     h, k = cfg.num_heads, cfg.num_kv_heads or cfg.num_heads
-    e = cfg.d_model // h
-    std = cfg.init_std
-    wq = _dense_param(self, 'q', (cfg.d_model, h, e), ('embed', 'heads', 'kv'), std)
-    wkv = _dense_param(self, 'kv', (cfg.d_model, 2, k, e), ('embed', None, 'heads', 'kv'), std)
-    wo = _dense_param(self, 'o', (h, e, cfg.d_model), ('heads', 'kv', 'embed'), std)
+    e, d = cfg.d_model // h, cfg.d_model
+    std_k, std_v = (pz.init_std(cfg, n, d, k * e, index) for n in ('k', 'v'))
+    std_kv = jnp.stack([jnp.asarray(std_k), jnp.asarray(std_v)]).reshape(1, 2, 1, 1)
+    wq = _dense_param(self, 'q', (d, h, e), ('embed', 'heads', 'kv'),
+                      pz.init_std(cfg, 'q', d, h * e, index))
+    wkv = _dense_param(self, 'kv', (d, 2, k, e), ('embed', None, 'heads', 'kv'), std_kv)
+    wo = _dense_param(self, 'o', (h, e, d), ('heads', 'kv', 'embed'),
+                      pz.init_std(cfg, 'o', h * e, d, index))
     x = x_BxTxD.astype(dt)
     q_BxTxHxE = jnp.einsum('btd,dhe->bthe', x, wq.astype(dt))
     kv_2xBxTxKxE = jnp.einsum('btd,dcke->cbtke', x, wkv.astype(dt))
     k_BxTxKxE, v_BxTxKxE = kv_2xBxTxKxE[0], kv_2xBxTxKxE[1]
     if cfg.position == 'rope':
       q_BxTxHxE, k_BxTxKxE = rope(q_BxTxHxE, cfg.rope_base), rope(k_BxTxKxE, cfg.rope_base)
-    o_BxTxHxE = jax.nn.dot_product_attention(q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, is_causal=True)
+    o_BxTxHxE = jax.nn.dot_product_attention(q_BxTxHxE, k_BxTxKxE, v_BxTxKxE,
+                                             scale=pz.attention_scale(cfg), is_causal=True)
     return jnp.einsum('bthe,hed->btd', o_BxTxHxE, wo.astype(dt))
 
 
@@ -72,19 +79,21 @@ class Mlp(nn.Module):
   cfg: Any
 
   @nn.compact
-  def __call__(self, x_BxTxD):
+  def __call__(self, x_BxTxD, index=None):
     cfg = self.cfg
     dt = jnp.dtype(cfg.dtype)
-    f, std = d_ff(cfg), cfg.init_std
+    f = d_ff(cfg)
+    std_i = pz.init_std(cfg, 'wi', cfg.d_model, f, index)
+    std_o = pz.init_std(cfg, 'wo', f, cfg.d_model, index)
     x = x_BxTxD.astype(dt)
     if cfg.mlp == 'swiglu':
-      wi = _dense_param(self, 'wi', (cfg.d_model, 2, f), ('embed', None, 'mlp'), std)
+      wi = _dense_param(self, 'wi', (cfg.d_model, 2, f), ('embed', None, 'mlp'), std_i)
       gate_up_BxTx2xF = jnp.einsum('btd,dcf->btcf', x, wi.astype(dt))
       h_BxTxF = nn.silu(gate_up_BxTx2xF[..., 0, :]) * gate_up_BxTx2xF[..., 1, :]
     else:
-      wi = _dense_param(self, 'wi', (cfg.d_model, f), ('embed', 'mlp'), std)
+      wi = _dense_param(self, 'wi', (cfg.d_model, f), ('embed', 'mlp'), std_i)
       h_BxTxF = jax.nn.gelu(jnp.einsum('btd,df->btf', x, wi.astype(dt)), approximate=True)
-    wo = _dense_param(self, 'wo', (f, cfg.d_model), ('mlp', 'embed'), std)
+    wo = _dense_param(self, 'wo', (f, cfg.d_model), ('mlp', 'embed'), std_o)
     return jnp.einsum('btf,fd->btd', h_BxTxF, wo.astype(dt))
 
 
@@ -99,12 +108,15 @@ class Block(nn.Module):
     place = PLACEMENTS[cfg.block]
     x = carry['x']
     trace = {'x_in': x}  # what the recording site sees: streams and sublayer updates
-    for name, branch in (('attn', Attention(cfg, name='attn')), ('mlp', Mlp(cfg, name='mlp'))):
+    for name, module in (('attn', Attention(cfg, name='attn')), ('mlp', Mlp(cfg, name='mlp'))):
       def norm(role, name=name):
         return make_norm(cfg, f'{name}_norm' if role == 'in' else f'{name}_norm_{role}')
+      branch = pz.scale_branch(cfg, functools.partial(module, index=layer['index']), x,
+                               layer.get('branch_mult', 1.0))
       x_new = place.sublayer(x, Sublayer(name, branch, norm, layer))
       trace[name], x = x_new - x, x_new
     trace['x_out'] = x
+    self.sow('intermediates', 'x_out', x)  # LayerSkip's early exits (when mutable)
     stats = block_stats(trace) if self.collect_stats else {}
     return {**carry, 'x': x}, stats
 
@@ -114,7 +126,7 @@ def block_stack(cfg, collect_stats: bool):
   block = Block
   if cfg.remat != 'none':
     block = nn.remat(Block, policy=getattr(jax.checkpoint_policies, cfg.remat), prevent_cse=False)
-  return nn.scan(block, variable_axes={'params': 0}, split_rngs={'params': True},
+  return nn.scan(block, variable_axes={'params': 0, 'intermediates': 0}, split_rngs={'params': True},
                  in_axes=0, length=cfg.num_layers,
                  metadata_params={nn.PARTITION_NAME: 'layers'})(cfg, collect_stats)
 
@@ -131,16 +143,20 @@ class Transformer(nn.Module):
 
   def setup(self):
     cfg = self.cfg
-    emb_init = nn.with_logical_partitioning(nn.initializers.normal(cfg.init_std), ('vocab', 'embed'))
-    self.embedding = self.param('embedding', emb_init, (cfg.vocab_size, cfg.d_model), jnp.float32)
+    d, v = cfg.d_model, cfg.vocab_size
+    emb_init = nn.with_logical_partitioning(
+        pz.scaled_normal(pz.init_std(cfg, 'embedding', v, d)), ('vocab', 'embed'))
+    self.embedding = self.param('embedding', emb_init, (v, d), jnp.float32)
     if cfg.position == 'learned':
-      pos_init = nn.with_logical_partitioning(nn.initializers.normal(cfg.init_std), (None, 'embed'))
+      pos_init = nn.with_logical_partitioning(
+          pz.scaled_normal(pz.init_std(cfg, 'pos_embedding', self.max_len, d)), (None, 'embed'))
       self.pos_embedding = self.param('pos_embedding', pos_init, (self.max_len, cfg.d_model), jnp.float32)
     self.blocks = block_stack(cfg, self.collect_stats)
     if PLACEMENTS[cfg.block].final_norm:
       self.final_norm = make_norm(cfg, 'final_norm')
     if not cfg.tie_embeddings:
-      head_init = nn.with_logical_partitioning(nn.initializers.normal(cfg.init_std), ('embed', 'vocab'))
+      head_init = nn.with_logical_partitioning(
+          pz.scaled_normal(pz.init_std(cfg, 'head', d, v)), ('embed', 'vocab'))
       self.head = self.param('head', head_init, (cfg.d_model, cfg.vocab_size), jnp.float32)
 
   def embed(self, tokens_BxT):
@@ -156,16 +172,24 @@ class Transformer(nn.Module):
       x_BxTxD = self.final_norm(x_BxTxD)
     w_DxV = self.embedding.T if self.cfg.tie_embeddings else self.head
     dt = jnp.dtype(self.cfg.dtype)
-    return jnp.einsum('btd,dv->btv', x_BxTxD.astype(dt), w_DxV.astype(dt)).astype(jnp.float32)
+    logits_BxTxV = jnp.einsum('btd,dv->btv', x_BxTxD.astype(dt), w_DxV.astype(dt))
+    mult = pz.logit_mult(self.cfg)
+    return (logits_BxTxV * mult if mult != 1 else logits_BxTxV).astype(jnp.float32)
 
-  def stack(self, x_BxTxD):
-    """The scanned blocks: (stream leaving block L, per-layer stats)."""
-    carry, stats = self.blocks({'x': x_BxTxD}, layer_schedule(self.cfg))
+  def stack(self, x_BxTxD, layer_inputs: dict | None = None):
+    """The scanned blocks: (stream leaving block L, per-layer stats). layer_inputs adds
+    step-dependent per-layer scan inputs (leading axis L, see depthscale.dynamics)."""
+    carry, stats = self.blocks({'x': x_BxTxD}, scan_inputs(self.cfg, layer_inputs))
     return carry['x'], stats
 
-  def __call__(self, tokens_BxT):
-    x_BxTxD, stats = self.stack(self.embed(tokens_BxT))
+  def __call__(self, tokens_BxT, layer_inputs: dict | None = None):
+    x_BxTxD, stats = self.stack(self.embed(tokens_BxT), layer_inputs)
     return self.unembed(x_BxTxD), stats
+
+
+def scan_inputs(cfg, layer_inputs: dict | None) -> dict:
+  """The static per-layer schedule plus the dynamic per-layer inputs (if any)."""
+  return {**layer_schedule(cfg), **(layer_inputs or {})}
 
 
 def make_model(cfg, collect_stats: bool = False) -> Transformer:
@@ -174,11 +198,11 @@ def make_model(cfg, collect_stats: bool = False) -> Transformer:
   return Transformer(frozen, max_len=cfg.data.seq_len, collect_stats=collect_stats)
 
 
-def apply_unrolled(model: Transformer, params, tokens_BxT):
+def apply_unrolled(model: Transformer, params, tokens_BxT, layer_inputs: dict | None = None):
   """Reference forward pass with a Python loop over layers (tests and benchmarks)."""
   cfg = model.cfg
   carry = {'x': model.apply({'params': params}, tokens_BxT, method=Transformer.embed)}
-  schedule = layer_schedule(cfg)
+  schedule = scan_inputs(cfg, layer_inputs)
   for l in range(cfg.num_layers):
     layer_params = jax.tree.map(lambda p, l=l: p[l], params['blocks'])
     layer = jax.tree.map(lambda s, l=l: s[l], schedule)
