@@ -7,7 +7,7 @@ F MLP width, V vocab, L layers. Every parameter carries logical axis names
 
 from __future__ import annotations
 
-import functools
+import dataclasses
 from typing import Any
 
 import flax.linen as nn
@@ -17,6 +17,7 @@ import ml_collections
 import numpy as np
 
 from depthscale import parametrization as pz
+from depthscale import residual
 from depthscale.blocks import PLACEMENTS, Sublayer, layer_schedule
 from depthscale.norms import make_norm
 from depthscale.stats import block_stats
@@ -51,11 +52,13 @@ class Attention(nn.Module):
   cfg: Any
 
   @nn.compact
-  def __call__(self, x_BxTxD, index=None):
+  def __call__(self, x_BxTxD, mix_values=None, index=None):
+    """mix_values(v_BxTxKxE, x_BxTxD) -> v_BxTxKxE: the value-residual hook (or None)."""
     cfg = self.cfg
     dt = jnp.dtype(cfg.dtype)
     h, k = cfg.num_heads, cfg.num_kv_heads or cfg.num_heads
-    e, d = cfg.d_model // h, cfg.d_model
+    e = cfg.d_model // h
+    d = cfg.d_model
     std_k, std_v = (pz.init_std(cfg, n, d, k * e, index) for n in ('k', 'v'))
     std_kv = jnp.stack([jnp.asarray(std_k), jnp.asarray(std_v)]).reshape(1, 2, 1, 1)
     wq = _dense_param(self, 'q', (d, h, e), ('embed', 'heads', 'kv'),
@@ -67,6 +70,8 @@ class Attention(nn.Module):
     q_BxTxHxE = jnp.einsum('btd,dhe->bthe', x, wq.astype(dt))
     kv_2xBxTxKxE = jnp.einsum('btd,dcke->cbtke', x, wkv.astype(dt))
     k_BxTxKxE, v_BxTxKxE = kv_2xBxTxKxE[0], kv_2xBxTxKxE[1]
+    if mix_values is not None:
+      v_BxTxKxE = mix_values(v_BxTxKxE, x)
     if cfg.position == 'rope':
       q_BxTxHxE, k_BxTxKxE = rope(q_BxTxHxE, cfg.rope_base), rope(k_BxTxKxE, cfg.rope_base)
     o_BxTxHxE = jax.nn.dot_product_attention(q_BxTxHxE, k_BxTxKxE, v_BxTxKxE,
@@ -98,27 +103,49 @@ class Mlp(nn.Module):
 
 
 class Block(nn.Module):
-  """One Transformer block, assembled from the placement table; scanned over layers."""
+  """One Transformer block, assembled from the placement table and the residual design
+  (depthscale.residual); scanned over layers."""
   cfg: Any
   collect_stats: bool = False
 
   @nn.compact
   def __call__(self, carry: dict, layer: dict):
     cfg = self.cfg
-    place = PLACEMENTS[cfg.block]
-    x = carry['x']
-    trace = {'x_in': x}  # what the recording site sees: streams and sublayer updates
-    for name, module in (('attn', Attention(cfg, name='attn')), ('mlp', Mlp(cfg, name='mlp'))):
-      def norm(role, name=name):
-        return make_norm(cfg, f'{name}_norm' if role == 'in' else f'{name}_norm_{role}')
-      branch = pz.scale_branch(cfg, functools.partial(module, index=layer['index']), x,
-                               layer.get('branch_mult', 1.0))
-      x_new = place.sublayer(x, Sublayer(name, branch, norm, layer))
-      trace[name], x = x_new - x, x_new
-    trace['x_out'] = x
-    self.sow('intermediates', 'x_out', x)  # LayerSkip's early exits (when mutable)
+    place, design = PLACEMENTS[cfg.block], residual.DESIGNS[cfg.residual]
+    values = residual.ValueResidual(cfg, self, carry, layer) if cfg.value_residual != 'none' else None
+    attn, mlp = Attention(cfg, name='attn'), Mlp(cfg, name='mlp')
+    idx = layer['index']
+    subs = [Sublayer('attn', lambda y: attn(y, values, index=idx), self.norm_factory('attn'), layer),
+            Sublayer('mlp', lambda y: mlp(y, index=idx), self.norm_factory('mlp'), layer)]
+
+    def scaled(s: Sublayer, h) -> Sublayer:  # the branch-multiplier hook
+      return dataclasses.replace(s, branch=pz.scale_branch(cfg, s.branch, h,
+                                                             layer.get('branch_mult', 1.0)))
+    parts = {}  # parallel block: the two branch outputs
+    if cfg.parallel_block == 'none':
+      steps = [(s.name, lambda h, s=s: place.sublayer(h, scaled(s, h))) for s in subs]
+    else:
+      steps = [('block', residual.parallel_step(*(scaled(s, 0.0) for s in subs),
+                                                cfg.parallel_block == 'gptj', parts))]
+    trace = {'x_in': design.view(carry)}  # what the recording site sees: streams and updates
+    for j, (name, step) in enumerate(steps):
+      k = (layer['index'] - 1) * len(steps) + j  # 0-based residual-sublayer index
+      before = design.view(carry)
+      h, write = design.connection(cfg, name=f'res_{name}')(carry, k)
+      carry = write(step(h))
+      trace.update(parts or {name: design.view(carry) - before})  # parallel: both branch outputs
+    if design.block_end is not None:
+      carry = design.block_end(cfg, name='res_dwa')(carry, layer['index'])
+    if values is not None:
+      carry = values.update(carry)
+    trace['x_out'] = design.view(carry)
+    self.sow('intermediates', 'x_out', trace['x_out'])  # LayerSkip's early exits (when mutable)
     stats = block_stats(trace) if self.collect_stats else {}
-    return {**carry, 'x': x}, stats
+    return carry, stats
+
+  def norm_factory(self, name: str):
+    """norm(role) -> the norm module of sublayer `name` for that role."""
+    return lambda role: make_norm(self.cfg, f'{name}_norm' if role == 'in' else f'{name}_norm_{role}')
 
 
 def block_stack(cfg, collect_stats: bool):
@@ -126,7 +153,8 @@ def block_stack(cfg, collect_stats: bool):
   block = Block
   if cfg.remat != 'none':
     block = nn.remat(Block, policy=getattr(jax.checkpoint_policies, cfg.remat), prevent_cse=False)
-  return nn.scan(block, variable_axes={'params': 0, 'intermediates': 0}, split_rngs={'params': True},
+  return nn.scan(block, variable_axes={'params': 0, 'intermediates': 0},
+                 split_rngs={'params': True},
                  in_axes=0, length=cfg.num_layers,
                  metadata_params={nn.PARTITION_NAME: 'layers'})(cfg, collect_stats)
 
@@ -152,6 +180,9 @@ class Transformer(nn.Module):
           pz.scaled_normal(pz.init_std(cfg, 'pos_embedding', self.max_len, d)), (None, 'embed'))
       self.pos_embedding = self.param('pos_embedding', pos_init, (self.max_len, cfg.d_model), jnp.float32)
     self.blocks = block_stack(cfg, self.collect_stats)
+    readout = residual.DESIGNS[cfg.residual].readout
+    if readout is not None:
+      self.res_readout = readout(cfg)
     if PLACEMENTS[cfg.block].final_norm:
       self.final_norm = make_norm(cfg, 'final_norm')
     if not cfg.tie_embeddings:
@@ -176,20 +207,23 @@ class Transformer(nn.Module):
     mult = pz.logit_mult(self.cfg)
     return (logits_BxTxV * mult if mult != 1 else logits_BxTxV).astype(jnp.float32)
 
+  def start(self, x_BxTxD) -> dict:
+    """The scan carry entering block 1 (the residual design's state)."""
+    return residual.init_carry(self.cfg, x_BxTxD)
+
+  def finish(self, carry: dict):
+    """The one stream leaving the stack (e.g. HC's n streams read out), before the final norm."""
+    return self.res_readout(carry) if residual.DESIGNS[self.cfg.residual].readout else carry['x']
+
   def stack(self, x_BxTxD, layer_inputs: dict | None = None):
     """The scanned blocks: (stream leaving block L, per-layer stats). layer_inputs adds
     step-dependent per-layer scan inputs (leading axis L, see depthscale.dynamics)."""
-    carry, stats = self.blocks({'x': x_BxTxD}, scan_inputs(self.cfg, layer_inputs))
-    return carry['x'], stats
+    carry, stats = self.blocks(self.start(x_BxTxD), scan_inputs(self.cfg, layer_inputs))
+    return self.finish(carry), stats
 
   def __call__(self, tokens_BxT, layer_inputs: dict | None = None):
     x_BxTxD, stats = self.stack(self.embed(tokens_BxT), layer_inputs)
     return self.unembed(x_BxTxD), stats
-
-
-def scan_inputs(cfg, layer_inputs: dict | None) -> dict:
-  """The static per-layer schedule plus the dynamic per-layer inputs (if any)."""
-  return {**layer_schedule(cfg), **(layer_inputs or {})}
 
 
 def make_model(cfg, collect_stats: bool = False) -> Transformer:
@@ -198,16 +232,22 @@ def make_model(cfg, collect_stats: bool = False) -> Transformer:
   return Transformer(frozen, max_len=cfg.data.seq_len, collect_stats=collect_stats)
 
 
+def scan_inputs(cfg, layer_inputs: dict | None) -> dict:
+  """The static per-layer schedule plus the dynamic per-layer inputs (if any)."""
+  return {**layer_schedule(cfg), **(layer_inputs or {})}
+
+
 def apply_unrolled(model: Transformer, params, tokens_BxT, layer_inputs: dict | None = None):
   """Reference forward pass with a Python loop over layers (tests and benchmarks)."""
   cfg = model.cfg
-  carry = {'x': model.apply({'params': params}, tokens_BxT, method=Transformer.embed)}
+  carry = model.apply({'params': params}, tokens_BxT, method=lambda m, t: m.start(m.embed(t)))
   schedule = scan_inputs(cfg, layer_inputs)
   for l in range(cfg.num_layers):
     layer_params = jax.tree.map(lambda p, l=l: p[l], params['blocks'])
     layer = jax.tree.map(lambda s, l=l: s[l], schedule)
     carry, _ = Block(cfg).apply({'params': layer_params}, carry, layer)
-  return model.apply({'params': params}, carry['x'], method=Transformer.unembed)
+  x_BxTxD = model.apply({'params': params}, carry, method=Transformer.finish)
+  return model.apply({'params': params}, x_BxTxD, method=Transformer.unembed)
 
 
 def param_counts(params) -> tuple[int, int]:
