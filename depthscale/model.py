@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
+from depthscale import ops
 from depthscale.blocks import PLACEMENTS, Sublayer, layer_schedule
 from depthscale.norms import make_norm
 from depthscale.stats import block_stats
@@ -57,14 +58,17 @@ class Attention(nn.Module):
     wq = _dense_param(self, 'q', (cfg.d_model, h, e), ('embed', 'heads', 'kv'), std)
     wkv = _dense_param(self, 'kv', (cfg.d_model, 2, k, e), ('embed', None, 'heads', 'kv'), std)
     wo = _dense_param(self, 'o', (h, e, cfg.d_model), ('heads', 'kv', 'embed'), std)
-    x = x_BxTxD.astype(dt)
-    q_BxTxHxE = jnp.einsum('btd,dhe->bthe', x, wq.astype(dt))
-    kv_2xBxTxKxE = jnp.einsum('btd,dcke->cbtke', x, wkv.astype(dt))
-    k_BxTxKxE, v_BxTxKxE = kv_2xBxTxKxE[0], kv_2xBxTxKxE[1]
+    b, t, d = x_BxTxD.shape
+    # one fused projection for q, k, v (weights concatenated, shapes of q and kv kept)
+    w_Dx3 = jnp.concatenate([wq.reshape(d, h * e), wkv.reshape(d, 2 * k * e)], axis=1)
+    qkv = ops.matmul(x_BxTxD.astype(dt), w_Dx3.astype(dt))
+    q_BxTxHxE = qkv[..., :h * e].reshape(b, t, h, e)
+    k_BxTxKxE = qkv[..., h * e:(h + k) * e].reshape(b, t, k, e)
+    v_BxTxKxE = qkv[..., (h + k) * e:].reshape(b, t, k, e)
     if cfg.position == 'rope':
       q_BxTxHxE, k_BxTxKxE = rope(q_BxTxHxE, cfg.rope_base), rope(k_BxTxKxE, cfg.rope_base)
-    o_BxTxHxE = jax.nn.dot_product_attention(q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, is_causal=True)
-    return jnp.einsum('bthe,hed->btd', o_BxTxHxE, wo.astype(dt))
+    o_BxTxHxE = ops.attention(q_BxTxHxE, k_BxTxKxE, v_BxTxKxE)
+    return ops.matmul(o_BxTxHxE.reshape(b, t, h * e), wo.reshape(h * e, d).astype(dt))
 
 
 class Mlp(nn.Module):
@@ -79,13 +83,13 @@ class Mlp(nn.Module):
     x = x_BxTxD.astype(dt)
     if cfg.mlp == 'swiglu':
       wi = _dense_param(self, 'wi', (cfg.d_model, 2, f), ('embed', None, 'mlp'), std)
-      gate_up_BxTx2xF = jnp.einsum('btd,dcf->btcf', x, wi.astype(dt))
-      h_BxTxF = nn.silu(gate_up_BxTx2xF[..., 0, :]) * gate_up_BxTx2xF[..., 1, :]
+      gate_up_BxTx2F = ops.matmul(x, wi.reshape(cfg.d_model, 2 * f).astype(dt))
+      h_BxTxF = nn.silu(gate_up_BxTx2F[..., :f]) * gate_up_BxTx2F[..., f:]
     else:
       wi = _dense_param(self, 'wi', (cfg.d_model, f), ('embed', 'mlp'), std)
-      h_BxTxF = jax.nn.gelu(jnp.einsum('btd,df->btf', x, wi.astype(dt)), approximate=True)
+      h_BxTxF = ops.gelu_tanh(ops.matmul(x, wi.astype(dt)))
     wo = _dense_param(self, 'wo', (f, cfg.d_model), ('mlp', 'embed'), std)
-    return jnp.einsum('btf,fd->btd', h_BxTxF, wo.astype(dt))
+    return ops.matmul(h_BxTxF, wo.astype(dt))
 
 
 class Block(nn.Module):
