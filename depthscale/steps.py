@@ -47,7 +47,7 @@ def make_train_step(model: nn.Module, tx: optax.GradientTransformation,
     updates, opt_state = tx.update(grads, state['opt_state'], state['params'])
     params = optax.apply_updates(state['params'], updates)
     layer_grad_norm = per_layer_norm(grads['blocks'])
-    grad_norm = optax.global_norm(grads)
+    grad_norm = optax.tree.norm(grads)
     ok = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
     keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(ok, a, b), new, old)
     new_state = {'step': state['step'] + 1, 'params': keep(params, state['params']),

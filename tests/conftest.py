@@ -1,6 +1,4 @@
-"""Shared fixtures: a tiny config and a temporary workdir."""
-
-import pytest
+"""Shared test helpers: a tiny config."""
 
 from depthscale.config import default_config
 
@@ -24,7 +22,3 @@ def tiny_config(**overrides):
     c[section][field] = value
   return c
 
-
-@pytest.fixture
-def tiny():
-  return tiny_config

@@ -89,7 +89,7 @@ def test_single_rung_by_name_and_index(tmp_path, experiment):
 
 
 def test_sigterm_saves_and_resume_matches_uninterrupted(tmp_path, experiment):
-  args = [f'--config={experiment}', *TINY, '--config.train.steps=400',
+  args = [f'--config={experiment}', *TINY, '--config.train.steps=200',
           '--config.train.log_every=1', '--config.train.checkpoint_every=1000',
           '--config.train.eval_every=1000', '--rung=pre']
   proc = subprocess.Popen([sys.executable, '-m', 'depthscale.main', f'--workdir={tmp_path / "a"}',
