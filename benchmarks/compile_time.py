@@ -32,7 +32,7 @@ def main() -> None:
   rows = [[layers, times.get(('scan', layers), '-'), times.get(('unrolled', layers), '-'),
            times[('scan', layers)] / base if ('scan', layers) in times else '-']
           for layers in depths]
-  print(f'\ntrain-step compile time (trace + lower + compile), d_model {64}, seconds')
+  print('\ntrain-step compile time (trace + lower + compile), d_model 64, seconds')
   print(common.table(['layers', 'depthscale (scan)', 'Python loop', 'scan / scan@8'], rows))
 
 
