@@ -26,6 +26,26 @@ def default_config() -> ConfigDict:
   m.norm = 'layernorm'  # norm function: see depthscale.norms.NORMS
   m.norm_eps = 1e-5  # epsilon inside the norm's sqrt
   m.block = 'pre_ln'  # norm placement: see depthscale.blocks.PLACEMENTS
+  m.peri_embed_norm = False  # Peri-LN: norm the embedding output (AMBIGUOUS in the paper)
+  m.mix_ln_alpha = 0.25  # Mix-LN: the first floor(alpha * L) blocks are Post-LN
+  m.keel_alpha = 'sublayers'  # Keel skip multiplier: 'sublayers' (2L) or 'blocks' (L)
+  m.normformer_head_scale = 'paper'  # NormFormer HeadScale: 'paper' (before W_O) or 'code' (after)
+  m.normformer_resid_scale = False  # NormFormer: learnable lambda_resid on the MLP residual
+  m.ln_scaling = False  # LayerNorm Scaling: pre-norm outputs times 1/sqrt(l), l 1-based
+  m.gpas = False  # GPAS gate x - silu(a) * stop_grad(x), a init 0
+  m.gpas_share_per_block = True  # GPAS: one gate per block (the code); False: one per sublayer
+  m.qk_norm = 'none'  # 'none', 'full', 'per_head' or 'l2_learned_scale' (Henry et al.)
+  m.qk_norm_seq_len = 0  # T of Henry's g0 = log2(T^2 - T) (0 = data.seq_len)
+  m.layer_rope = False  # LayerRoPE (interpretation of the abstract): one rotated shared gain
+  m.layer_rope_theta = 1.0  # LayerRoPE: rotation angle per block (times RoPE frequencies)
+  m.layer_rope_base = 10000.0  # LayerRoPE: frequency base
+  m.fix_norm = False  # FixNorm: unit-norm embedding rows times sqrt(D)
+  m.norm_alpha_attn = 1.0  # DyT / Derf: initial alpha of the attention-input norms
+  m.norm_alpha_mlp = 1.0  # DyT / Derf: initial alpha of the MLP-input norms
+  m.norm_alpha_final = 1.0  # DyT / Derf: initial alpha of the final norm
+  m.bhyt_lambda_in = 2.0  # BHyT: initial lambda of the attention-input norms
+  m.bhyt_lambda_post = 1.0  # BHyT: initial lambda of the MLP-input norms
+  m.bhyt_kappa = 10.0  # BHyT: kappa
   m.position = 'rope'  # 'rope' or 'learned'
   m.rope_base = 10000.0  # RoPE frequency base
   m.mlp = 'gelu'  # 'gelu' (2 matrices) or 'swiglu' (3 matrices)
@@ -33,6 +53,18 @@ def default_config() -> ConfigDict:
   m.init_std = 0.02  # std of the normal init of every matrix
   m.dtype = 'float32'  # compute dtype; params and optimizer state stay float32
   m.remat = 'none'  # a jax.checkpoint_policies name, or 'none'
+  m.residual = 'standard'  # residual-stream design: see depthscale.residual.DESIGNS
+  m.hc_rate = 4  # hyper_connections / mhc: expansion rate n (number of streams)
+  m.hc_dynamic = True  # hyper_connections: dynamic (input-dependent) HC, else static
+  m.mhc_sinkhorn_iters = 20  # mhc: Sinkhorn-Knopp iterations t_max
+  m.dwa_dilation = 1  # denseformer: dilation k (block i averages X_j with j = i mod k)
+  m.dwa_period = 1  # denseformer: period p (a DWA after every p-th block; divides num_layers)
+  m.attn_res_blocks = 8  # block_attn_res: number of source blocks N (<= 2 * num_layers)
+  m.laurel = 'rw'  # laurel variant: 'rw', 'lr', 'pa' or 'rw_lr'
+  m.laurel_rank = 4  # laurel lr / rw_lr: rank r of B A
+  m.laurel_window = 2  # laurel pa: number k of previous sublayer inputs mixed in
+  m.value_residual = 'none'  # 'none', 'resformer', 'svformer' or 'satformer'
+  m.parallel_block = 'none'  # 'none', 'gptj' (one shared norm) or 'neox' (two norms)
 
   d = c.data = ConfigDict()
   d.source = 'mix'  # 'grammar', 'khop', 'mix', 'text:GLOB', 'array_record:GLOB'
@@ -57,6 +89,7 @@ def default_config() -> ConfigDict:
   o.weight_decay = 0.1  # AdamW decoupled weight decay
   o.decay_norms = False  # apply weight decay to norm gains and biases
   o.decay_embeddings = False  # apply weight decay to embeddings
+  o.decay_residual = False  # apply weight decay to residual-design weights (HC, DWA, ...; toward their init)
   o.clip_norm = 1.0  # global gradient-norm clip (0 = off)
   o.b1 = 0.9
   o.b2 = 0.95
@@ -70,10 +103,26 @@ def default_config() -> ConfigDict:
   t.checkpoint_every = 100  # steps between checkpoints (and at the end)
   t.keep_checkpoints = 2  # checkpoints kept on disk
 
+  a = c.metrics = ConfigDict()
+  a.analysis_every = 100  # steps between per-layer analyses (depthscale.analysis), 0 = off; also at the last step
+  a.analysis_batch_size = 4  # sequences of the first eval batch the analyses run on
+  a.tb_layers = 64  # per-layer TensorBoard scalars for at most this many layers (evenly spaced subset)
+  a.images = True  # at the end, TensorBoard images of the main metrics: layer x step heatmaps, l/L profiles
+
   s = c.mesh = ConfigDict()
   s.data = -1  # data-parallel axis size (-1 = the remaining devices)
   s.fsdp = 1  # parameter-sharding axis size
   s.tensor = 1  # tensor-parallel axis size
+  s.dcn_data = 1  # slices (multi-slice/DCN): the data axis spans this many slices
+  s.max_replicated_size = 1 << 20  # largest parameter (elements) left whole when fsdp*tensor > 1
+  r = s.rules = ConfigDict()  # logical axis -> comma-separated mesh axes ('' = replicated)
+  r.batch = 'data,fsdp'  # batch rows of data and activations
+  r.embed = 'fsdp'  # d_model axis of parameters (FSDP)
+  r.mlp = 'tensor'  # MLP hidden axis (tensor parallelism)
+  r.heads = 'tensor'  # attention heads (tensor parallelism)
+  r.kv = ''  # head_dim
+  r.vocab = 'tensor'  # vocabulary axis of embedding, head and logits
+  r.layers = ''  # the scanned layer axis: never sharded
   return c
 
 
@@ -95,10 +144,63 @@ def check_choice(field: str, value, choices) -> None:
     _fail(field, value, 'one of ' + ', '.join(sorted(map(str, choices))))
 
 
+def check_norm_methods(m: ConfigDict) -> None:
+  """Checks the normalization switches of the model section and their combinations."""
+  from depthscale import blocks, inner_norms  # pylint: disable=import-outside-toplevel
+  check_choice('model.keel_alpha', m.keel_alpha, ('sublayers', 'blocks'))
+  check_choice('model.normformer_head_scale', m.normformer_head_scale, ('paper', 'code'))
+  check_choice('model.qk_norm', m.qk_norm, inner_norms.QK_NORMS)
+  if not 0 <= m.mix_ln_alpha <= 1:
+    _fail('model.mix_ln_alpha', m.mix_ln_alpha, 'a number in [0, 1]')
+  if m.qk_norm_seq_len < 0 or m.qk_norm_seq_len == 1:
+    _fail('model.qk_norm_seq_len', m.qk_norm_seq_len, '0 (= data.seq_len) or an integer >= 2')
+  if m.bhyt_kappa <= 0:
+    _fail('model.bhyt_kappa', m.bhyt_kappa, 'a positive number')
+  if m.ln_scaling and m.block not in blocks.LN_SCALING_PLACEMENTS:
+    _fail('model.ln_scaling', m.ln_scaling, 'True only with model.block in '
+          + ', '.join(blocks.LN_SCALING_PLACEMENTS))
+  if m.gpas and m.block not in blocks.GPAS_PLACEMENTS:
+    _fail('model.gpas', m.gpas, 'True only with model.block in ' + ', '.join(blocks.GPAS_PLACEMENTS))
+  if m.qk_norm != 'none' and m.block in ('ngpt', 'simple_norm', 'hybridnorm', 'hybridnorm_star'):
+    _fail('model.qk_norm', m.qk_norm, f"'none' with model.block={m.block} (it normalizes q, k itself)")
+  if m.layer_rope and (m.block != 'pre_ln' or m.norm not in ('layernorm', 'rmsnorm')):
+    _fail('model.layer_rope', m.layer_rope, 'True only with model.block=pre_ln and model.norm '
+          'in layernorm, rmsnorm')
+  if m.block == 'ngpt':
+    if m.mlp != 'swiglu':
+      _fail('model.mlp', m.mlp, "'swiglu' with model.block=ngpt")
+    if m.position != 'rope':
+      _fail('model.position', m.position, "'rope' with model.block=ngpt")
+    if (m.num_kv_heads or m.num_heads) != m.num_heads:
+      _fail('model.num_kv_heads', m.num_kv_heads, '0 (no grouped-query attention) with model.block=ngpt')
+    if m.fix_norm or m.peri_embed_norm:
+      _fail('model.fix_norm' if m.fix_norm else 'model.peri_embed_norm', True,
+            'False with model.block=ngpt (its embedding rows are unit already)')
+
+
+def validate_residual(m: ConfigDict) -> None:
+  """Checks the residual-design fields of the model config."""
+  from depthscale import residual  # pylint: disable=import-outside-toplevel
+  check_choice('model.residual', m.residual, residual.DESIGNS)
+  check_choice('model.value_residual', m.value_residual, residual.VALUE_RESIDUALS)
+  check_choice('model.parallel_block', m.parallel_block, residual.PARALLEL_BLOCKS)
+  check_choice('model.laurel', m.laurel, residual.LAURELS)
+  if m.parallel_block != 'none' and m.block != 'pre_ln':
+    _fail('model.parallel_block', m.parallel_block, "'none' unless model.block='pre_ln'")
+  for f in ('hc_rate', 'mhc_sinkhorn_iters', 'dwa_dilation', 'laurel_rank', 'laurel_window'):
+    if m[f] < 1:
+      _fail(f'model.{f}', m[f], 'a positive integer')
+  if m.dwa_period < 1 or m.num_layers % m.dwa_period:
+    _fail('model.dwa_period', m.dwa_period, f'a divisor of model.num_layers={m.num_layers}')
+  subs = m.num_layers * residual.sublayers_per_block(m)
+  if m.residual == 'block_attn_res' and not 1 <= m.attn_res_blocks <= subs:
+    _fail('model.attn_res_blocks', m.attn_res_blocks, f'1..{subs} (residual sublayers)')
+
+
 def validate(cfg: ConfigDict) -> None:
   """Checks a resolved config; raises ConfigError with a one-line message."""
   import jax  # pylint: disable=import-outside-toplevel
-  from depthscale import blocks, data, norms  # pylint: disable=import-outside-toplevel
+  from depthscale import blocks, data, norms, sharding  # pylint: disable=import-outside-toplevel
 
   check_positive(cfg, ['model.num_layers', 'model.d_model', 'model.num_heads',
                        'model.vocab_size', 'model.init_std', 'model.norm_eps',
@@ -117,6 +219,7 @@ def validate(cfg: ConfigDict) -> None:
   check_choice('model.block', m.block, blocks.PLACEMENTS)
   check_choice('model.norm', m.norm, norms.NORMS)
   check_choice('model.position', m.position, ('rope', 'learned'))
+  check_norm_methods(m)
   check_choice('model.mlp', m.mlp, ('gelu', 'swiglu'))
   check_choice('model.dtype', m.dtype, ('float32', 'bfloat16', 'float16'))
   if m.remat != 'none' and not hasattr(jax.checkpoint_policies, m.remat):
@@ -124,6 +227,7 @@ def validate(cfg: ConfigDict) -> None:
           "(e.g. nothing_saveable, dots_saveable)")
   if m.position == 'rope' and (m.d_model // m.num_heads) % 2:
     _fail('model.num_heads', m.num_heads, 'a value giving an even head_dim with rope')
+  validate_residual(m)
   check_choice('optim.schedule', cfg.optim.schedule, ('constant', 'cosine', 'linear', 'wsd'))
   if not 0 <= cfg.optim.warmup_steps <= cfg.train.steps:
     _fail('optim.warmup_steps', cfg.optim.warmup_steps, f'0..train.steps={cfg.train.steps}')
@@ -133,9 +237,16 @@ def validate(cfg: ConfigDict) -> None:
   for f in ('b1', 'b2', 'decay_fraction'):
     if not 0 <= cfg.optim[f] <= 1:
       _fail(f'optim.{f}', cfg.optim[f], 'a number in [0, 1]')
+  check_positive(cfg, ['metrics.analysis_batch_size', 'metrics.tb_layers'])
+  if cfg.metrics.analysis_every < 0:
+    _fail('metrics.analysis_every', cfg.metrics.analysis_every, '0 (off) or a positive number of steps')
+  if cfg.metrics.analysis_batch_size > cfg.data.batch_size:
+    _fail('metrics.analysis_batch_size', cfg.metrics.analysis_batch_size,
+          f'1..data.batch_size={cfg.data.batch_size}')
   for f in ('data', 'fsdp', 'tensor'):
     if cfg.mesh[f] == 0 or cfg.mesh[f] < -1:
       _fail(f'mesh.{f}', cfg.mesh[f], '-1 or a positive axis size')
+  sharding.validate(cfg.mesh)
   try:
     data.validate(cfg.data, m.vocab_size)
   except ValueError as e:

@@ -15,10 +15,10 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from depthscale import ops
-from depthscale.blocks import PLACEMENTS, Sublayer, layer_schedule
-from depthscale.norms import make_norm
-from depthscale.stats import block_stats
+from depthscale import inner_norms, layer_rope, ngpt, ops, residual
+from depthscale.blocks import PLACEMENTS, layer_schedule, sublayer_factory
+from depthscale.norms import EMBED_SCALED, l2_normalize, make_norm
+from depthscale.stats import attention_entropy, block_stats
 
 EMBEDDING_PARAMS = ('embedding', 'pos_embedding', 'head')
 
@@ -28,9 +28,24 @@ def d_ff(cfg) -> int:
   return cfg.d_ff or int(round(cfg.mlp_ratio * cfg.d_model))
 
 
-def _dense_param(module: nn.Module, name: str, shape, axes, std: float):
-  init = nn.with_logical_partitioning(nn.initializers.normal(std), axes)
-  return module.param(name, init, shape, jnp.float32)
+def _dense_param(module: nn.Module, name: str, shape, axes, std):
+  """A normal-init matrix; std is a float or broadcasts against shape (one per slice).
+  Under nGPT each weight vector is then normalized along its D ('embed') axis."""
+  def init(key, shape, dtype=jnp.float32):
+    return jax.random.normal(key, shape, dtype) * jnp.asarray(std, dtype)
+  if module.cfg.block == 'ngpt':
+    init = ngpt.unit_init(init, axes.index('embed'))
+  return module.param(name, nn.with_logical_partitioning(init, axes), shape, jnp.float32)
+
+
+def _std(cfg, role: str, fan_in: int, fan_out: int) -> float:
+  """Init std of a matrix, from the placement's init rule."""
+  return PLACEMENTS[cfg.block].init(cfg, role, fan_in, fan_out)
+
+
+def constrain(x, *names: str | None):
+  """Activation sharding by logical axis names (a no-op unless rules and a mesh are in scope)."""
+  return nn.with_logical_constraint(x, names)
 
 
 def rope(x_BxTxNxE, base: float):
@@ -49,26 +64,37 @@ class Attention(nn.Module):
   cfg: Any
 
   @nn.compact
-  def __call__(self, x_BxTxD):
+  def __call__(self, x_BxTxD, mix_values=None):
+    """mix_values(v_BxTxKxE, x_BxTxD) -> v_BxTxKxE: the value-residual hook (or None)."""
     cfg = self.cfg
     dt = jnp.dtype(cfg.dtype)
     h, k = cfg.num_heads, cfg.num_kv_heads or cfg.num_heads
     e = cfg.d_model // h
-    std = cfg.init_std
-    wq = _dense_param(self, 'q', (cfg.d_model, h, e), ('embed', 'heads', 'kv'), std)
-    wkv = _dense_param(self, 'kv', (cfg.d_model, 2, k, e), ('embed', None, 'heads', 'kv'), std)
-    wo = _dense_param(self, 'o', (h, e, cfg.d_model), ('heads', 'kv', 'embed'), std)
-    b, t, d = x_BxTxD.shape
-    # one fused projection for q, k, v (weights concatenated, shapes of q and kv kept)
-    w_Dx3 = jnp.concatenate([wq.reshape(d, h * e), wkv.reshape(d, 2 * k * e)], axis=1)
-    qkv = ops.matmul(x_BxTxD.astype(dt), w_Dx3.astype(dt))
-    q_BxTxHxE = qkv[..., :h * e].reshape(b, t, h, e)
+    d = cfg.d_model
+    wq = _dense_param(self, 'q', (d, h, e), ('embed', 'heads', 'kv'), _std(cfg, 'q', d, h * e))
+    std_kv = np.array([_std(cfg, r, d, k * e) for r in ('k', 'v')]).reshape(2, 1, 1)
+    wkv = _dense_param(self, 'kv', (d, 2, k, e), ('embed', None, 'heads', 'kv'), std_kv)
+    wo = _dense_param(self, 'o', (h, e, d), ('heads', 'kv', 'embed'), _std(cfg, 'o', h * e, d))
+    x = x_BxTxD.astype(dt)
+    b, t = x.shape[:2]
+    # one fused projection for q, k, v (weights concatenated; shapes of q and kv kept)
+    w_DxQKV = jnp.concatenate([wq.reshape(d, h * e), wkv.reshape(d, 2 * k * e)], axis=1)
+    qkv = ops.matmul(x, w_DxQKV.astype(dt))
+    q_BxTxHxE = constrain(qkv[..., :h * e].reshape(b, t, h, e), 'batch', None, 'heads', 'kv')
     k_BxTxKxE = qkv[..., h * e:(h + k) * e].reshape(b, t, k, e)
     v_BxTxKxE = qkv[..., (h + k) * e:].reshape(b, t, k, e)
+    if mix_values is not None:
+      v_BxTxKxE = mix_values(v_BxTxKxE, x)
+    q_BxTxHxE, k_BxTxKxE, v_BxTxKxE = inner_norms.qkv(self, cfg, q_BxTxHxE, k_BxTxKxE, v_BxTxKxE)
     if cfg.position == 'rope':
       q_BxTxHxE, k_BxTxKxE = rope(q_BxTxHxE, cfg.rope_base), rope(k_BxTxKxE, cfg.rope_base)
-    o_BxTxHxE = ops.attention(q_BxTxHxE, k_BxTxKxE, v_BxTxKxE)
-    return ops.matmul(o_BxTxHxE.reshape(b, t, h * e), wo.reshape(h * e, d).astype(dt))
+    q_BxTxHxE, k_BxTxKxE, scale = inner_norms.scores(self, cfg, q_BxTxHxE, k_BxTxKxE)
+    if self.is_mutable_collection('analysis'):  # explicit probabilities: analysis path only
+      self.sow('analysis', 'attn_entropy', attention_entropy(q_BxTxHxE, k_BxTxKxE, scale))
+    o_BxTxHxE = ops.attention(q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, scale)
+    o_BxTxHxE = inner_norms.heads(self, cfg, o_BxTxHxE)
+    out_BxTxD = ops.matmul(o_BxTxHxE.reshape(b, t, h * e), wo.reshape(h * e, d).astype(dt))
+    return inner_norms.attn_out(self, cfg, out_BxTxD)
 
 
 class Mlp(nn.Module):
@@ -79,38 +105,57 @@ class Mlp(nn.Module):
   def __call__(self, x_BxTxD):
     cfg = self.cfg
     dt = jnp.dtype(cfg.dtype)
-    f, std = d_ff(cfg), cfg.init_std
+    f, d = d_ff(cfg), cfg.d_model
     x = x_BxTxD.astype(dt)
     if cfg.mlp == 'swiglu':
-      wi = _dense_param(self, 'wi', (cfg.d_model, 2, f), ('embed', None, 'mlp'), std)
-      gate_up_BxTx2F = ops.matmul(x, wi.reshape(cfg.d_model, 2 * f).astype(dt))
-      h_BxTxF = nn.silu(gate_up_BxTx2F[..., :f]) * gate_up_BxTx2F[..., f:]
+      std = np.array([_std(cfg, r, d, f) for r in ('gate', 'up')]).reshape(2, 1)
+      wi = _dense_param(self, 'wi', (d, 2, f), ('embed', None, 'mlp'), std)
+      gate_up_BxTx2F = ops.matmul(x, wi.reshape(d, 2 * f).astype(dt))
+      gate_up_BxTx2xF = inner_norms.mlp_in(self, cfg, gate_up_BxTx2F.reshape(*x.shape[:2], 2, f))
+      h_BxTxF = nn.silu(gate_up_BxTx2xF[..., 0, :]) * gate_up_BxTx2xF[..., 1, :]
+      h_BxTxF = constrain(h_BxTxF, 'batch', None, 'mlp')
     else:
-      wi = _dense_param(self, 'wi', (cfg.d_model, f), ('embed', 'mlp'), std)
-      h_BxTxF = ops.gelu_tanh(ops.matmul(x, wi.astype(dt)))
-    wo = _dense_param(self, 'wo', (f, cfg.d_model), ('mlp', 'embed'), std)
-    return ops.matmul(h_BxTxF, wo.astype(dt))
+      wi = _dense_param(self, 'wi', (d, f), ('embed', 'mlp'), _std(cfg, 'up', d, f))
+      pre_BxTxF = inner_norms.mlp_in(self, cfg, ops.matmul(x, wi.astype(dt)))
+      h_BxTxF = constrain(ops.gelu_tanh(pre_BxTxF), 'batch', None, 'mlp')
+    wo = _dense_param(self, 'wo', (f, d), ('mlp', 'embed'), _std(cfg, 'down', f, d))
+    h_BxTxF = inner_norms.mlp_mid(self, cfg, h_BxTxF)
+    return inner_norms.mlp_out(self, cfg, ops.matmul(h_BxTxF, wo.astype(dt)))
 
 
 class Block(nn.Module):
-  """One Transformer block, assembled from the placement table; scanned over layers."""
+  """One Transformer block, assembled from the placement table and the residual design
+  (depthscale.residual); scanned over layers."""
   cfg: Any
   collect_stats: bool = False
 
   @nn.compact
   def __call__(self, carry: dict, layer: dict):
     cfg = self.cfg
-    place = PLACEMENTS[cfg.block]
-    x = carry['x']
-    trace = {'x_in': x}  # what the recording site sees: streams and sublayer updates
-    for name, branch in (('attn', Attention(cfg, name='attn')), ('mlp', Mlp(cfg, name='mlp'))):
-      def norm(role, name=name):
-        return make_norm(cfg, f'{name}_norm' if role == 'in' else f'{name}_norm_{role}')
-      x_new = place.sublayer(x, Sublayer(name, branch, norm, layer))
-      trace[name], x = x_new - x, x_new
-    trace['x_out'] = x
+    place, design = PLACEMENTS[cfg.block], residual.DESIGNS[cfg.residual]
+    values = residual.ValueResidual(cfg, self, carry, layer) if cfg.value_residual != 'none' else None
+    attn, mlp = Attention(cfg, name='attn'), Mlp(cfg, name='mlp')
+    make_sublayer = sublayer_factory(self, cfg, layer, carry)
+    subs = [make_sublayer('attn', lambda y: attn(y, values)), make_sublayer('mlp', mlp)]
+    parts = {}  # parallel block: the two branch outputs
+    if cfg.parallel_block == 'none':
+      steps = [(s.name, lambda h, s=s: place.sublayer(h, s)) for s in subs]
+    else:
+      steps = [('block', residual.parallel_step(*subs, cfg.parallel_block == 'gptj', parts))]
+    trace = {'x_in': design.view(carry)}  # what the recording site sees: streams and updates
+    for j, (name, step) in enumerate(steps):
+      k = (layer['index'] - 1) * len(steps) + j  # 0-based residual-sublayer index
+      before = design.view(carry)
+      h, write = design.connection(cfg, name=f'res_{name}')(carry, k)
+      carry = write(step(h))
+      trace.update(parts or {name: design.view(carry) - before})  # parallel: both branch outputs
+    if design.block_end is not None:
+      carry = design.block_end(cfg, name='res_dwa')(carry, layer['index'])
+    if values is not None:
+      carry = values.update(carry)
+    trace['x_out'] = design.view(carry)
     stats = block_stats(trace) if self.collect_stats else {}
-    return {**carry, 'x': x}, stats
+    return carry, stats
 
 
 def block_stack(cfg, collect_stats: bool):
@@ -118,7 +163,7 @@ def block_stack(cfg, collect_stats: bool):
   block = Block
   if cfg.remat != 'none':
     block = nn.remat(Block, policy=getattr(jax.checkpoint_policies, cfg.remat), prevent_cse=False)
-  return nn.scan(block, variable_axes={'params': 0}, split_rngs={'params': True},
+  return nn.scan(block, variable_axes={'params': 0, 'intermediates': 0}, split_rngs={'params': True},
                  in_axes=0, length=cfg.num_layers,
                  metadata_params={nn.PARTITION_NAME: 'layers'})(cfg, collect_stats)
 
@@ -135,37 +180,78 @@ class Transformer(nn.Module):
 
   def setup(self):
     cfg = self.cfg
-    emb_init = nn.with_logical_partitioning(nn.initializers.normal(cfg.init_std), ('vocab', 'embed'))
-    self.embedding = self.param('embedding', emb_init, (cfg.vocab_size, cfg.d_model), jnp.float32)
+    d, v = cfg.d_model, cfg.vocab_size
+    if cfg.fix_norm:  # FixNorm (Nguyen & Salazar 2019): U(-0.01, 0.01), rows normalized in use
+      uniform = lambda key, shape, dtype: jax.random.uniform(key, shape, dtype, -0.01, 0.01)
+      emb_init = nn.with_logical_partitioning(uniform, ('vocab', 'embed'))
+      self.embedding = self.param('embedding', emb_init, (v, d), jnp.float32)
+    else:
+      self.embedding = _dense_param(self, 'embedding', (v, d), ('vocab', 'embed'),
+                                    _std(cfg, 'embedding', v, d))
+    if cfg.norm in EMBED_SCALED:  # DyT / Derf: x_0 = s * E[tok], learnable s init sqrt(D)
+      self.embed_scale = self.param('embed_scale', nn.initializers.constant(d ** 0.5), (), jnp.float32)
+    if cfg.peri_embed_norm:
+      self.embed_norm = make_norm(cfg, 'embed_norm')
+    if cfg.layer_rope:
+      self.layer_rope_gain = layer_rope.shared_gain(self, d)
+    if cfg.block == 'ngpt':
+      self.logit_scale = ngpt.logit_scale(self, v, d)
     if cfg.position == 'learned':
       pos_init = nn.with_logical_partitioning(nn.initializers.normal(cfg.init_std), (None, 'embed'))
       self.pos_embedding = self.param('pos_embedding', pos_init, (self.max_len, cfg.d_model), jnp.float32)
     self.blocks = block_stack(cfg, self.collect_stats)
+    readout = residual.DESIGNS[cfg.residual].readout
+    if readout is not None:
+      self.res_readout = readout(cfg)
     if PLACEMENTS[cfg.block].final_norm:
       self.final_norm = make_norm(cfg, 'final_norm')
     if not cfg.tie_embeddings:
-      head_init = nn.with_logical_partitioning(nn.initializers.normal(cfg.init_std), ('embed', 'vocab'))
-      self.head = self.param('head', head_init, (cfg.d_model, cfg.vocab_size), jnp.float32)
+      self.head = _dense_param(self, 'head', (d, v), ('embed', 'vocab'), _std(cfg, 'head', d, v))
+
+  def _table(self):
+    """The token embedding; under FixNorm with unit rows."""
+    return l2_normalize(self.embedding) if self.cfg.fix_norm else self.embedding
 
   def embed(self, tokens_BxT):
     """Token (+ learned position) embedding: the stream entering block 1."""
-    x_BxTxD = jnp.take(self.embedding, tokens_BxT, axis=0)
-    if self.cfg.position == 'learned':
+    cfg = self.cfg
+    x_BxTxD = jnp.take(self._table(), tokens_BxT, axis=0)
+    if cfg.fix_norm:
+      x_BxTxD = x_BxTxD * np.sqrt(cfg.d_model)
+    if cfg.norm in EMBED_SCALED:
+      x_BxTxD = x_BxTxD * self.embed_scale
+    if cfg.position == 'learned':
       x_BxTxD = x_BxTxD + self.pos_embedding[None, :tokens_BxT.shape[1]]
-    return x_BxTxD.astype(jnp.dtype(self.cfg.dtype))
+    if cfg.peri_embed_norm:
+      x_BxTxD = self.embed_norm(x_BxTxD)
+    return constrain(x_BxTxD.astype(jnp.dtype(cfg.dtype)), 'batch', None, None)
 
   def unembed(self, x_BxTxD):
     """Final norm (if any) and LM head, in float32."""
     if PLACEMENTS[self.cfg.block].final_norm:
       x_BxTxD = self.final_norm(x_BxTxD)
-    w_DxV = self.embedding.T if self.cfg.tie_embeddings else self.head
+    w_DxV = self._table().T if self.cfg.tie_embeddings else self.head
     dt = jnp.dtype(self.cfg.dtype)
-    return jnp.einsum('btd,dv->btv', x_BxTxD.astype(dt), w_DxV.astype(dt)).astype(jnp.float32)
+    logits_BxTxV = jnp.einsum('btd,dv->btv', x_BxTxD.astype(dt), w_DxV.astype(dt))
+    if self.cfg.block == 'ngpt':
+      logits_BxTxV = logits_BxTxV * self.logit_scale
+    return constrain(logits_BxTxV.astype(jnp.float32), 'batch', None, 'vocab')
+
+  def start(self, x_BxTxD) -> dict:
+    """The scan carry entering block 1 (the residual design's state; LayerRoPE's shared gain)."""
+    carry = residual.init_carry(self.cfg, x_BxTxD)
+    if self.cfg.layer_rope:
+      carry['layer_rope_gain'] = self.layer_rope_gain
+    return carry
+
+  def finish(self, carry: dict):
+    """The one stream leaving the stack (e.g. HC's n streams read out), before the final norm."""
+    return self.res_readout(carry) if residual.DESIGNS[self.cfg.residual].readout else carry['x']
 
   def stack(self, x_BxTxD):
     """The scanned blocks: (stream leaving block L, per-layer stats)."""
-    carry, stats = self.blocks({'x': x_BxTxD}, layer_schedule(self.cfg))
-    return carry['x'], stats
+    carry, stats = self.blocks(self.start(x_BxTxD), layer_schedule(self.cfg))
+    return self.finish(carry), stats
 
   def __call__(self, tokens_BxT):
     x_BxTxD, stats = self.stack(self.embed(tokens_BxT))
@@ -174,20 +260,23 @@ class Transformer(nn.Module):
 
 def make_model(cfg, collect_stats: bool = False) -> Transformer:
   """Builds the model from a full config (model section + data.seq_len)."""
-  frozen = ml_collections.FrozenConfigDict(cfg.model)  # hashable: module attributes are static
+  model_cfg = cfg.model.copy_and_resolve_references()
+  model_cfg.qk_norm_seq_len = model_cfg.qk_norm_seq_len or cfg.data.seq_len
+  frozen = ml_collections.FrozenConfigDict(model_cfg)  # hashable: module attributes are static
   return Transformer(frozen, max_len=cfg.data.seq_len, collect_stats=collect_stats)
 
 
 def apply_unrolled(model: Transformer, params, tokens_BxT):
   """Reference forward pass with a Python loop over layers (tests and benchmarks)."""
   cfg = model.cfg
-  carry = {'x': model.apply({'params': params}, tokens_BxT, method=Transformer.embed)}
+  carry = model.apply({'params': params}, tokens_BxT, method=lambda m, t: m.start(m.embed(t)))
   schedule = layer_schedule(cfg)
   for l in range(cfg.num_layers):
     layer_params = jax.tree.map(lambda p, l=l: p[l], params['blocks'])
     layer = jax.tree.map(lambda s, l=l: s[l], schedule)
     carry, _ = Block(cfg).apply({'params': layer_params}, carry, layer)
-  return model.apply({'params': params}, carry['x'], method=Transformer.unembed)
+  x_BxTxD = model.apply({'params': params}, carry, method=Transformer.finish)
+  return model.apply({'params': params}, x_BxTxD, method=Transformer.unembed)
 
 
 def param_counts(params) -> tuple[int, int]:

@@ -64,11 +64,11 @@ def _matmul_bwd(res, g_NxO):
 matmul.defvjp(_matmul_fwd, _matmul_bwd)
 
 
-def attention(q_BxTxHxE, k_BxTxKxE, v_BxTxKxE):
+def attention(q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, scale: float | None = None):
   """Causal softmax attention, kernel chosen by backend: cuDNN's fused kernel on GPU (bf16
   or f16 inputs), XLA's composition elsewhere (CPU, TPU, f32)."""
   impl = None
   if jax.default_backend() == 'gpu' and q_BxTxHxE.dtype in (jnp.bfloat16, jnp.float16):
     impl = 'cudnn'
-  return jax.nn.dot_product_attention(q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, is_causal=True,
-                                      implementation=impl)
+  return jax.nn.dot_product_attention(q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, scale=scale,
+                                      is_causal=True, implementation=impl)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import jax
 import optax
 
+from depthscale import ngpt
 from depthscale.model import EMBEDDING_PARAMS
 
 
@@ -29,10 +30,13 @@ def schedule(cfg) -> optax.Schedule:
 
 
 def param_kind(path) -> str:
-  """'embedding', 'norm' (gains and biases) or 'matrix' for a parameter's tree path."""
+  """'embedding', 'residual' (residual-design weights, modules named res_*), 'norm' (gains
+  and biases) or 'matrix' for a parameter's tree path."""
   keys = [str(getattr(k, 'key', k)) for k in path]
   if keys[0] in EMBEDDING_PARAMS:
     return 'embedding'
+  if any(k.startswith('res_') for k in keys):
+    return 'residual'
   if any('norm' in k for k in keys) or keys[-1] in ('scale', 'bias'):
     return 'norm'
   return 'matrix'
@@ -43,13 +47,18 @@ def decay_mask(cfg, params):
   def decays(path, _):
     kind = param_kind(path)
     return (kind == 'matrix' or (kind == 'norm' and cfg.optim.decay_norms)
-            or (kind == 'embedding' and cfg.optim.decay_embeddings))
+            or (kind == 'embedding' and cfg.optim.decay_embeddings)
+            or (kind == 'residual' and cfg.optim.decay_residual))
   return jax.tree_util.tree_map_with_path(decays, params)
 
 
 def make_optimizer(cfg) -> optax.GradientTransformation:
-  """optax chain: clip by global norm, then AdamW with the schedule and decay mask."""
+  """optax chain: clip by global norm, then AdamW with the schedule and decay mask (then
+  nGPT's weight re-normalization)."""
   o = cfg.optim
   adamw = optax.adamw(schedule(cfg), b1=o.b1, b2=o.b2, eps=o.eps, weight_decay=o.weight_decay,
                       mask=lambda params: decay_mask(cfg, params))
-  return optax.chain(optax.clip_by_global_norm(o.clip_norm), adamw) if o.clip_norm else adamw
+  tx = optax.chain(optax.clip_by_global_norm(o.clip_norm), adamw) if o.clip_norm else adamw
+  if cfg.model.block == 'ngpt':  # nGPT: weights back onto the unit sphere after every step
+    tx = optax.chain(tx, ngpt.renormalize())
+  return tx
