@@ -92,7 +92,7 @@ def default_config() -> ConfigDict:
   o.min_lr_ratio = 0.1  # final lr / peak lr for cosine, linear and wsd
   o.decay_fraction = 0.2  # wsd: fraction of steps spent decaying
   o.weight_decay = 0.1  # AdamW decoupled weight decay
-  o.decay_norms = False  # apply weight decay to norm gains and biases
+  o.decay_norms = False  # apply weight decay to norm gains, biases and other scalars / vectors
   o.decay_embeddings = False  # apply weight decay to embeddings
   o.decay_residual = False  # apply weight decay to residual-design weights (HC, DWA, ...; toward their init)
   o.clip_norm = 1.0  # global gradient-norm clip (0 = off)
