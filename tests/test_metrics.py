@@ -8,7 +8,6 @@ import numpy as np
 import optax
 import pytest
 
-from depthscale import norms
 from depthscale.model import make_model
 from depthscale.optim import make_optimizer, schedule
 from depthscale.stats import (attention_entropy, block_stats, record_saturation,
@@ -63,18 +62,6 @@ def test_attention_entropy_matches_float64_numpy():
   assert float(got[0]) > 0  # later queries spread over several keys
 
 
-class _TanhNorm(nn.Module):
-  """A DyT-like norm for the test: tanh(x), recording its saturation through the hook."""
-  eps: float = 0.0
-  axis: str = 'embed'
-
-  @nn.compact
-  def __call__(self, x):
-    u = jnp.tanh(x * 40.0)
-    record_saturation(self, u)
-    return u
-
-
 def test_saturation_hook_per_layer_fraction():
   """Scanned like the blocks: the per-layer value is the recorded fraction |u| > 0.99."""
 
@@ -94,10 +81,9 @@ def test_saturation_hook_per_layer_fraction():
 
 @pytest.fixture(scope='module')
 def stepped():
-  """One stats step and one plain step of a tiny model whose norm records saturation."""
-  mp = pytest.MonkeyPatch()
-  mp.setitem(norms.NORMS, 'test_tanh', _TanhNorm)
-  cfg = tiny_config(**{'model.norm': 'test_tanh', 'optim.warmup_steps': 0, 'train.steps': 10})
+  """One stats step and one plain step of a tiny DyT model (large alpha: partly saturated)."""
+  cfg = tiny_config(**{'model.norm': 'dyt', 'model.norm_alpha_attn': 40.0,
+                       'model.norm_alpha_mlp': 40.0, 'optim.warmup_steps': 0, 'train.steps': 10})
   tx, lr = make_optimizer(cfg), schedule(cfg)
   model = make_model(cfg)
   state = init_state(model, tx, 0, cfg.data.seq_len)
@@ -106,8 +92,7 @@ def stepped():
            'weights': jnp.ones((2, cfg.data.seq_len), jnp.float32)}
   _, plain_out = jax.jit(make_train_step(model, tx, lr))(state, batch)
   _, out = jax.jit(make_train_step(make_model(cfg, collect_stats=True), tx, lr))(state, batch)
-  yield cfg, model, tx, state, batch, jax.device_get(out), jax.device_get(plain_out)
-  mp.undo()
+  return cfg, model, tx, state, batch, jax.device_get(out), jax.device_get(plain_out)
 
 
 def test_stats_step_gradient_parameter_update_norms(stepped):
