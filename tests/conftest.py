@@ -19,6 +19,7 @@ def tiny_config(**overrides):
   c.optim.warmup_steps = 2
   c.metrics.analysis_every = 0  # analyses and images have tests of their own (test_compare)
   c.metrics.images = False
+  c.metrics.analysis_batch_size = 2
   for key, value in overrides.items():
     section, field = key.split('.')
     c[section][field] = value
