@@ -1,0 +1,75 @@
+"""Helpers of the paper notebooks (notebooks/*.py): the smoke switch, output folders,
+per-layer profiles from a ladder's long-format layer table, and figure saving."""
+
+from __future__ import annotations
+
+import os
+import re
+
+import numpy as np
+import pandas as pd
+
+SMOKE_ENV = 'DEPTHSCALE_SMOKE'  # '1': every run shrinks so a notebook runs in CI in seconds
+OUTPUTS_ENV = 'DEPTHSCALE_NOTEBOOK_OUTPUTS'  # where runs and PNGs go (default: outputs/)
+
+
+def smoke() -> bool:
+  """True when DEPTHSCALE_SMOKE=1: the notebook runs its smallest size."""
+  return os.environ.get(SMOKE_ENV, '') == '1'
+
+
+def outputs(name: str) -> str:
+  """The notebook's output folder (created): $DEPTHSCALE_NOTEBOOK_OUTPUTS/name or outputs/name."""
+  path = os.path.join(os.environ.get(OUTPUTS_ENV, 'outputs'), name)
+  os.makedirs(path, exist_ok=True)
+  return path
+
+
+def layer_table(ladder_dir: str) -> pd.DataFrame:
+  """Long table (rung, step, metric, layer, value) of every rung's layer_metrics.jsonl."""
+  from depthscale.writers import read_jsonl  # pylint: disable=import-outside-toplevel
+  rows = []
+  for rung in sorted(os.listdir(ladder_dir)):
+    path = os.path.join(ladder_dir, rung, 'layer_metrics.jsonl')
+    if os.path.exists(path):
+      rows.extend({'rung': rung, 'step': r['step'], 'metric': k, 'layer': l + 1, 'value': v}
+                  for r in read_jsonl(path) for k, vs in r.items() if k != 'step'
+                  for l, v in enumerate(vs))
+  return pd.DataFrame(rows, columns=['rung', 'step', 'metric', 'layer', 'value'])
+
+
+def profile(layers: pd.DataFrame, rung: str, metric: str, step: int | str = 'last') -> np.ndarray:
+  """One metric per layer (block 1 first) of one rung at a logged step ('first', 'last' or
+  a step number), from the long table (rung, step, metric, layer, value)."""
+  df = layers[(layers.rung == rung) & (layers.metric == metric)]
+  if df.empty:
+    raise KeyError(f'no {metric!r} logged for rung {rung!r}')
+  at = {'first': df.step.min(), 'last': df.step.max()}.get(step, step)
+  return df[df.step == at].sort_values('layer').value.to_numpy()
+
+
+def variant(rung: str) -> str:
+  """The variant of a rung named '<variant>_s<seed>[_<shape>]' (the seed and shape dropped)."""
+  return re.sub(r'_s\d+(_.*)?$', '', rung)
+
+
+def by_variant(rungs) -> dict[str, list[str]]:
+  """Variant -> its rungs (all seeds and shapes), in first-seen order."""
+  out: dict[str, list[str]] = {}
+  for r in rungs:
+    out.setdefault(variant(r), []).append(r)
+  return out
+
+
+def mean_std(values) -> str:
+  """'mean ± std' (std over seeds, ddof 1; '± n/a' with one value)."""
+  v = np.asarray(values, dtype=float)
+  spread = f'{v.std(ddof=1):.3g}' if v.size > 1 else 'n/a'
+  return f'{v.mean():.3g} ± {spread}'
+
+
+def save(fig, out_dir: str, name: str) -> str:
+  """Writes the figure as out_dir/name.png (150 dpi) and returns the path."""
+  path = os.path.join(out_dir, f'{name}.png')
+  fig.savefig(path, dpi=150, bbox_inches='tight')
+  return path

@@ -1,0 +1,43 @@
+"""On Layer Normalization in the Transformer (Xiong et al. 2020): with Xavier-scale init,
+a large learning rate and no warmup, Post-LN stalls while Pre-LN trains; gradient-norm
+profiles at init differ by norm placement. Backs notebooks/pre_vs_post_ln.py.
+
+Run (arg = smoke | cpu | paper; default cpu):
+  python -m depthscale.main --config=experiments/pre_vs_post_ln.py:cpu --workdir=runs/pre_vs_post_ln
+
+Runtime: see notebooks/pre_vs_post_ln.py and the README (cpu: L12 d64, 200 steps per rung).
+Expected result (measured, cpu): Post-LN without warmup stays at the unigram entropy
+(a plateau, not a NaN); Pre-LN and Post-LN with warmup train.
+"""
+
+from depthscale.config import default_config
+from depthscale.ladder import Rung, cross
+
+# name -> (L, D, heads, seq_len, batch, steps, seeds, log_every)
+SIZES = {
+    'smoke': (12, 64, 2, 32, 8, 200, 1, 10),
+    'cpu': (12, 64, 2, 64, 16, 200, 3, 10),
+    'paper': (6, 512, 8, 256, 256, 100000, 1, 500),  # ~Transformer-base decoder, IWSLT-like scale
+}
+PLACEMENTS = {
+    'post_ln': {'model.block': 'post_ln'},
+    'pre_ln': {'model.block': 'pre_ln'},
+}
+WARMUP = {'post_ln_warmup': {'model.block': 'post_ln', 'optim.warmup_steps': 50}}
+
+
+def get_config(arg: str | None = None):
+  num_layers, d_model, heads, seq_len, batch, steps, _, log_every = SIZES[arg or 'cpu']
+  c = default_config()
+  c.model.num_layers, c.model.d_model, c.model.num_heads = num_layers, d_model, heads
+  c.model.init_std = d_model ** -0.5  # Xavier scale of a square matrix (1/sqrt(D))
+  c.data.seq_len, c.data.batch_size, c.data.eval_batches = seq_len, batch, 2
+  c.train.steps, c.train.log_every = steps, log_every
+  c.train.eval_every = c.train.checkpoint_every = steps
+  c.optim.lr, c.optim.warmup_steps, c.optim.schedule = 3e-3, 0, 'constant'
+  return c
+
+
+def get_ladder(arg: str | None = None):
+  seeds = SIZES[arg or 'cpu'][6]
+  return cross({**PLACEMENTS, **WARMUP}, [Rung(f's{s}', {'train.seed': s}) for s in range(seeds)])

@@ -1,0 +1,40 @@
+"""Width vs depth at a fixed non-embedding budget (DepthBench-style aspect-ratio ladder):
+at small scale and short training, deeper-narrower Pre-LN models are worse. Backs
+notebooks/width_depth_ladder.py.
+
+Run (arg = smoke | cpu | paper; default cpu):
+  python -m depthscale.main --config=experiments/width_depth_ladder.py:cpu --workdir=runs/width_depth
+
+Runtime: see notebooks/width_depth_ladder.py and the README (cpu: 3 shapes x 3 seeds, 300 steps).
+Expected result (measured, cpu): eval loss (d128, L2) < (d64, L8) < (d32, L32) at a
+~400k non-embedding budget, with gaps far beyond the seed spread.
+"""
+
+from depthscale.config import default_config
+from depthscale.ladder import Rung, budget_sweep, cross
+
+# name -> (budget, depths, head_dim, seq_len, batch, steps, seeds, log_every)
+SIZES = {
+    'smoke': (400_000, [2, 8, 32], 16, 32, 8, 60, 1, 20),
+    'cpu': (400_000, [2, 8, 32], 16, 64, 16, 300, 3, 50),
+    'paper': (100_000_000, [6, 12, 24, 48, 96], 64, 1024, 256, 20000, 1, 500),
+}
+DESIGNS = {
+    'pre_ln': {'model.block': 'pre_ln'},
+}
+
+
+def get_config(arg: str | None = None):
+  *_, seq_len, batch, steps, _, log_every = SIZES[arg or 'cpu']
+  c = default_config()
+  c.data.seq_len, c.data.batch_size, c.data.eval_batches = seq_len, batch, 2
+  c.train.steps, c.train.log_every = steps, log_every
+  c.train.eval_every = c.train.checkpoint_every = steps
+  c.optim.warmup_steps = steps // 10
+  return c
+
+
+def get_ladder(arg: str | None = None):
+  budget, depths, head_dim, *_, seeds, _ = SIZES[arg or 'cpu']
+  shapes = budget_sweep(budget, depths, head_dim=head_dim)
+  return cross(DESIGNS, cross({f's{s}': {'train.seed': s} for s in range(seeds)}, shapes))
