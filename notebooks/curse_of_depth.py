@@ -141,8 +141,16 @@ for v in variants:
 # Thresholds sit far outside the spread measured over 3 seeds (numbers in the README).
 
 # %%
+def depth_rank_correlation(values: np.ndarray) -> float:
+  """Spearman correlation between a per-block profile and the block index."""
+  return float(np.corrcoef(np.argsort(np.argsort(values)), np.arange(len(values)))[0, 1])
+
+
 pre_growth = growth['pre_ln']
-assert min(pre_growth['first']) > 2.0, f'Pre-LN variance does not grow with depth at init: {pre_growth}'
+for step in ('first', 'last'):
+  rho = [depth_rank_correlation(notebook.profile(layers, r, 'act_var', step)) for r in seeds['pre_ln']]
+  assert min(rho) > 0.9, f'Pre-LN act_var is not increasing with depth ({step} step): rho {rho}'
+assert min(pre_growth['first']) > 1.5, f'Pre-LN variance does not grow with depth at init: {pre_growth}'
 assert min(pre_growth['last']) > 5.0, f'Pre-LN variance does not grow with depth after training: {pre_growth}'
 assert max(update_drop['pre_ln']) < 0.6, f'Pre-LN deep blocks are not lazier: {update_drop["pre_ln"]}'
 print('mechanism assertions passed')

@@ -41,8 +41,10 @@
 # warmup, 200 steps, 3 seeds; `DEPTHSCALE_SMOKE=1` runs one seed at a smaller batch.
 #
 # **What this notebook asserts.** At init the per-layer gradient norms of Pre-LN fall with
-# depth while Post-LN's do not; without warmup Post-LN stays at the unigram entropy (a
-# plateau, not a NaN) while Pre-LN trains far below it. Loss rankings of the fixes are
+# depth while Post-LN's do not; without warmup Post-LN plateaus (finite loss, not a NaN)
+# far above Pre-LN, and after training its first blocks get gradients orders of
+# magnitude below its last block's. Whether the plateau sits exactly at the unigram
+# entropy varies with the seed at this size (reported). Loss rankings of the fixes are
 # reported, not asserted.
 
 # %%
@@ -117,9 +119,11 @@ for v in variants:
   print(f'{v:>16}: final eval loss {notebook.mean_std(final[v])}')
 
 # %% [markdown]
-# ## 3. Why Post-LN stalls: the early blocks' gradients vanish
-# After the stall, the gradient reaching the first blocks of Post-LN is orders of magnitude
-# below the last block's (the failure mode Mix-LN and Keel start from).
+# ## 3. After training: Post-LN's early blocks get vanishing gradients
+# The gradient reaching the first Post-LN blocks ends orders of magnitude below the last
+# block's, with or without warmup, while Pre-LN's first blocks get the largest gradients:
+# the two failure modes (Post-LN: early layers; Pre-LN: deep layers) that Mix-LN combines
+# the placements against. A 50-step warmup does not remove the vanishing.
 
 # %%
 fig, ax = plt.subplots(figsize=(5.5, 3.8))
@@ -129,10 +133,10 @@ for v in variants:
 ax.set(xlabel='block l', ylabel='||grad of block l||', title='gradient norm per block, trained')
 ax.legend()
 notebook.save(fig, OUT, 'grad_norm_trained')
+vanish = {v: [g[0] / g[-1] for g in (notebook.profile(layers, r, 'grad_norm', 'last')
+                                      for r in seeds[v])] for v in variants}
 for v in variants:
-  g = [notebook.profile(layers, r, 'grad_norm', 'last') for r in seeds[v]]
-  print(f'{v:>16}: trained grad norm, first block / last block '
-        f'{notebook.mean_std([x[0] / x[-1] for x in g])}')
+  print(f'{v:>16}: trained grad norm, first block / last block {notebook.mean_std(vanish[v])}')
 
 # %% [markdown]
 # ## 4. Assertions on the mechanism
@@ -141,6 +145,7 @@ for v in variants:
 assert max(slopes['pre_ln']) < 0.7, f'Pre-LN init gradients do not fall with depth: {slopes}'
 assert min(slopes['post_ln']) > 0.8, f'Post-LN init gradients fall with depth: {slopes}'
 assert all(np.isfinite(final['post_ln'])), 'the Post-LN stall is a plateau, not a NaN'
-assert min(final['post_ln']) > unigram_entropy - 0.15, f'Post-LN did not stall: {final}'
-assert max(final['pre_ln']) < unigram_entropy - 1.0, f'Pre-LN did not train: {final}'
+gap = min(final['post_ln']) - max(final['pre_ln'])
+assert gap > 0.8, f'Post-LN without warmup is not far behind Pre-LN: {final}'
+assert max(vanish['post_ln']) < 1e-3 < 1.0 < min(vanish['pre_ln']), f'no vanishing: {vanish}'
 print('mechanism assertions passed')
