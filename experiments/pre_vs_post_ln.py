@@ -2,7 +2,8 @@
 a large learning rate and no warmup, Post-LN stalls while Pre-LN trains; gradient-norm
 profiles at init differ by norm placement. Backs notebooks/pre_vs_post_ln.py.
 
-Run (arg = smoke | cpu | paper; default cpu):
+Run (arg = smoke | cpu | paper, or deep_smoke | deep_cpu | deep_paper for the very deep,
+tiny-width ladder of every placement; default cpu):
   python -m depthscale.main --config=experiments/pre_vs_post_ln.py:cpu --workdir=runs/pre_vs_post_ln
 
 Runtime: see notebooks/pre_vs_post_ln.py and the README (cpu: L12 d64, 200 steps per rung).
@@ -18,6 +19,10 @@ SIZES = {
     'smoke': (12, 64, 2, 32, 8, 200, 1, 10),
     'cpu': (12, 64, 2, 64, 16, 200, 3, 10),
     'paper': (6, 512, 8, 256, 256, 100000, 1, 500),  # ~Transformer-base decoder, IWSLT-like scale
+    # very deep and tiny: which placements still train (lr 1e-3 with a 10% warmup)
+    'deep_smoke': (32, 16, 1, 32, 8, 30, 1, 10),
+    'deep_cpu': (256, 16, 1, 32, 16, 200, 1, 20),
+    'deep_paper': (1000, 512, 8, 256, 256, 50000, 1, 500),  # DeepNet's 1,000 layers
 }
 PLACEMENTS = {
     'post_ln': {'model.block': 'post_ln'},
@@ -35,9 +40,13 @@ def get_config(arg: str | None = None):
   c.train.steps, c.train.log_every = steps, log_every
   c.train.eval_every = c.train.checkpoint_every = steps
   c.optim.lr, c.optim.warmup_steps, c.optim.schedule = 3e-3, 0, 'constant'
+  if (arg or '').startswith('deep'):
+    c.model.init_std = 0.02  # GPT-style init; DeepNorm brings its own
+    c.optim.lr, c.optim.warmup_steps, c.optim.schedule = 1e-3, steps // 10, 'cosine'
   return c
 
 
 def get_ladder(arg: str | None = None):
   seeds = SIZES[arg or 'cpu'][6]
-  return cross({**PLACEMENTS, **WARMUP}, [Rung(f's{s}', {'train.seed': s}) for s in range(seeds)])
+  variants = PLACEMENTS if (arg or '').startswith('deep') else {**PLACEMENTS, **WARMUP}
+  return cross(variants, [Rung(f's{s}', {'train.seed': s}) for s in range(seeds)])

@@ -103,16 +103,22 @@ freq = np.bincount(targets) / len(targets)
 unigram_entropy = float(-(freq[freq > 0] * np.log(freq[freq > 0])).sum())
 print(f'unigram entropy {unigram_entropy:.3f} nats')
 
-fig, ax = plt.subplots(figsize=(6, 3.8))
-for v in variants:
-  for i, r in enumerate(seeds[v]):
-    log = read_jsonl(f'{LADDER}/{r}/train_log.jsonl')
-    ax.plot([x['step'] for x in log], [x['train/loss'] for x in log],
-            color=f'C{variants.index(v)}', label=v if i == 0 else None)
-ax.axhline(unigram_entropy, color='k', ls='--', lw=1, label='unigram entropy')
-ax.set(xlabel='step', ylabel='train loss', title='lr 3e-3, Xavier-scale init')
-ax.legend()
-notebook.save(fig, OUT, 'loss_curves')
+
+def plot_loss_curves(ladder: str, groups: dict[str, list[str]], title: str):
+  """Train loss of every rung, one color per variant, with the unigram entropy."""
+  fig, ax = plt.subplots(figsize=(6, 3.8))
+  for i, (v, group) in enumerate(groups.items()):
+    for j, r in enumerate(group):
+      log = read_jsonl(f'{ladder}/{r}/train_log.jsonl')
+      ax.plot([x['step'] for x in log], [x['train/loss'] for x in log], color=f'C{i}',
+              label=v if j == 0 else None)
+  ax.axhline(unigram_entropy, color='k', ls='--', lw=1, label='unigram entropy')
+  ax.set(xlabel='step', ylabel='train loss', title=title)
+  ax.legend()
+  return fig
+
+
+notebook.save(plot_loss_curves(LADDER, seeds, 'lr 3e-3, Xavier-scale init, no warmup'), OUT, 'loss_curves')
 
 final = {v: [r['eval_loss'] for r in rows if r['rung'] in seeds[v]] for v in variants}
 for v in variants:
@@ -139,7 +145,22 @@ for v in variants:
   print(f'{v:>16}: trained grad norm, first block / last block {notebook.mean_std(vanish[v])}')
 
 # %% [markdown]
-# ## 4. Assertions on the mechanism
+# ## 4. Very deep, tiny width: which placements still train
+# Every placement at a depth far beyond the others (`deep_cpu`: L 256, d 16; smoke: L 32),
+# GPT-style init, lr 1e-3 with a 10% warmup. Reported, not asserted.
+
+# %%
+DEEP = f'{OUT}/runs_deep_{SIZE}'
+deep_rows = run_ladder(f'../experiments/pre_vs_post_ln.py:deep_{SIZE}', DEEP)
+deep_groups = notebook.by_variant(r['rung'] for r in deep_rows)
+notebook.save(plot_loss_curves(DEEP, deep_groups, f'L{deep_rows[0]["L"]}, d{deep_rows[0]["D"]}'),
+              OUT, 'deep_loss_curves')
+for r in deep_rows:
+  print(f'{notebook.variant(r["rung"]):>16} at L{r["L"]}: final eval loss {r["eval_loss"]:.3f} '
+        f'(unigram entropy {unigram_entropy:.3f})')
+
+# %% [markdown]
+# ## 5. Assertions on the mechanism
 
 # %%
 assert max(slopes['pre_ln']) < 0.7, f'Pre-LN init gradients do not fall with depth: {slopes}'
