@@ -33,6 +33,18 @@ def default_config() -> ConfigDict:
   m.init_std = 0.02  # std of the normal init of every matrix
   m.dtype = 'float32'  # compute dtype; params and optimizer state stay float32
   m.remat = 'none'  # a jax.checkpoint_policies name, or 'none'
+  m.residual = 'standard'  # residual-stream design: see depthscale.residual.DESIGNS
+  m.hc_rate = 4  # hyper_connections / mhc: expansion rate n (number of streams)
+  m.hc_dynamic = True  # hyper_connections: dynamic (input-dependent) HC, else static
+  m.mhc_sinkhorn_iters = 20  # mhc: Sinkhorn-Knopp iterations t_max
+  m.dwa_dilation = 1  # denseformer: dilation k (block i averages X_j with j = i mod k)
+  m.dwa_period = 1  # denseformer: period p (a DWA after every p-th block; divides num_layers)
+  m.attn_res_blocks = 8  # block_attn_res: number of source blocks N (<= 2 * num_layers)
+  m.laurel = 'rw'  # laurel variant: 'rw', 'lr', 'pa' or 'rw_lr'
+  m.laurel_rank = 4  # laurel lr / rw_lr: rank r of B A
+  m.laurel_window = 2  # laurel pa: number k of previous sublayer inputs mixed in
+  m.value_residual = 'none'  # 'none', 'resformer', 'svformer' or 'satformer'
+  m.parallel_block = 'none'  # 'none', 'gptj' (one shared norm) or 'neox' (two norms)
 
   d = c.data = ConfigDict()
   d.source = 'mix'  # 'grammar', 'khop', 'mix', 'text:GLOB', 'array_record:GLOB'
@@ -57,6 +69,7 @@ def default_config() -> ConfigDict:
   o.weight_decay = 0.1  # AdamW decoupled weight decay
   o.decay_norms = False  # apply weight decay to norm gains and biases
   o.decay_embeddings = False  # apply weight decay to embeddings
+  o.decay_residual = False  # apply weight decay to residual-design weights (HC, DWA, ...; toward their init)
   o.clip_norm = 1.0  # global gradient-norm clip (0 = off)
   o.b1 = 0.9
   o.b2 = 0.95
@@ -95,6 +108,25 @@ def check_choice(field: str, value, choices) -> None:
     _fail(field, value, 'one of ' + ', '.join(sorted(map(str, choices))))
 
 
+def validate_residual(m: ConfigDict) -> None:
+  """Checks the residual-design fields of the model config."""
+  from depthscale import residual  # pylint: disable=import-outside-toplevel
+  check_choice('model.residual', m.residual, residual.DESIGNS)
+  check_choice('model.value_residual', m.value_residual, residual.VALUE_RESIDUALS)
+  check_choice('model.parallel_block', m.parallel_block, residual.PARALLEL_BLOCKS)
+  check_choice('model.laurel', m.laurel, residual.LAURELS)
+  if m.parallel_block != 'none' and m.block != 'pre_ln':
+    _fail('model.parallel_block', m.parallel_block, "'none' unless model.block='pre_ln'")
+  for f in ('hc_rate', 'mhc_sinkhorn_iters', 'dwa_dilation', 'laurel_rank', 'laurel_window'):
+    if m[f] < 1:
+      _fail(f'model.{f}', m[f], 'a positive integer')
+  if m.dwa_period < 1 or m.num_layers % m.dwa_period:
+    _fail('model.dwa_period', m.dwa_period, f'a divisor of model.num_layers={m.num_layers}')
+  subs = m.num_layers * residual.sublayers_per_block(m)
+  if m.residual == 'block_attn_res' and not 1 <= m.attn_res_blocks <= subs:
+    _fail('model.attn_res_blocks', m.attn_res_blocks, f'1..{subs} (residual sublayers)')
+
+
 def validate(cfg: ConfigDict) -> None:
   """Checks a resolved config; raises ConfigError with a one-line message."""
   import jax  # pylint: disable=import-outside-toplevel
@@ -124,6 +156,7 @@ def validate(cfg: ConfigDict) -> None:
           "(e.g. nothing_saveable, dots_saveable)")
   if m.position == 'rope' and (m.d_model // m.num_heads) % 2:
     _fail('model.num_heads', m.num_heads, 'a value giving an even head_dim with rope')
+  validate_residual(m)
   check_choice('optim.schedule', cfg.optim.schedule, ('constant', 'cosine', 'linear', 'wsd'))
   if not 0 <= cfg.optim.warmup_steps <= cfg.train.steps:
     _fail('optim.warmup_steps', cfg.optim.warmup_steps, f'0..train.steps={cfg.train.steps}')

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
+from depthscale import residual
 from depthscale.blocks import PLACEMENTS, Sublayer, layer_schedule
 from depthscale.norms import make_norm
 from depthscale.stats import block_stats
@@ -48,7 +49,8 @@ class Attention(nn.Module):
   cfg: Any
 
   @nn.compact
-  def __call__(self, x_BxTxD):
+  def __call__(self, x_BxTxD, mix_values=None):
+    """mix_values(v_BxTxKxE, x_BxTxD) -> v_BxTxKxE: the value-residual hook (or None)."""
     cfg = self.cfg
     dt = jnp.dtype(cfg.dtype)
     h, k = cfg.num_heads, cfg.num_kv_heads or cfg.num_heads
@@ -61,6 +63,8 @@ class Attention(nn.Module):
     q_BxTxHxE = jnp.einsum('btd,dhe->bthe', x, wq.astype(dt))
     kv_2xBxTxKxE = jnp.einsum('btd,dcke->cbtke', x, wkv.astype(dt))
     k_BxTxKxE, v_BxTxKxE = kv_2xBxTxKxE[0], kv_2xBxTxKxE[1]
+    if mix_values is not None:
+      v_BxTxKxE = mix_values(v_BxTxKxE, x)
     if cfg.position == 'rope':
       q_BxTxHxE, k_BxTxKxE = rope(q_BxTxHxE, cfg.rope_base), rope(k_BxTxKxE, cfg.rope_base)
     o_BxTxHxE = jax.nn.dot_product_attention(q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, is_causal=True)
@@ -89,24 +93,42 @@ class Mlp(nn.Module):
 
 
 class Block(nn.Module):
-  """One Transformer block, assembled from the placement table; scanned over layers."""
+  """One Transformer block, assembled from the placement table and the residual design
+  (depthscale.residual); scanned over layers."""
   cfg: Any
   collect_stats: bool = False
 
   @nn.compact
   def __call__(self, carry: dict, layer: dict):
     cfg = self.cfg
-    place = PLACEMENTS[cfg.block]
-    x = carry['x']
-    trace = {'x_in': x}  # what the recording site sees: streams and sublayer updates
-    for name, branch in (('attn', Attention(cfg, name='attn')), ('mlp', Mlp(cfg, name='mlp'))):
-      def norm(role, name=name):
-        return make_norm(cfg, f'{name}_norm' if role == 'in' else f'{name}_norm_{role}')
-      x_new = place.sublayer(x, Sublayer(name, branch, norm, layer))
-      trace[name], x = x_new - x, x_new
-    trace['x_out'] = x
+    place, design = PLACEMENTS[cfg.block], residual.DESIGNS[cfg.residual]
+    values = residual.ValueResidual(cfg, self, carry, layer) if cfg.value_residual != 'none' else None
+    attn, mlp = Attention(cfg, name='attn'), Mlp(cfg, name='mlp')
+    subs = [Sublayer('attn', lambda y: attn(y, values), self.norm_factory('attn'), layer),
+            Sublayer('mlp', mlp, self.norm_factory('mlp'), layer)]
+    parts = {}  # parallel block: the two branch outputs
+    if cfg.parallel_block == 'none':
+      steps = [(s.name, lambda h, s=s: place.sublayer(h, s)) for s in subs]
+    else:
+      steps = [('block', residual.parallel_step(*subs, cfg.parallel_block == 'gptj', parts))]
+    trace = {'x_in': design.view(carry)}  # what the recording site sees: streams and updates
+    for j, (name, step) in enumerate(steps):
+      k = (layer['index'] - 1) * len(steps) + j  # 0-based residual-sublayer index
+      before = design.view(carry)
+      h, write = design.connection(cfg, name=f'res_{name}')(carry, k)
+      carry = write(step(h))
+      trace.update(parts or {name: design.view(carry) - before})  # parallel: both branch outputs
+    if design.block_end is not None:
+      carry = design.block_end(cfg, name='res_dwa')(carry, layer['index'])
+    if values is not None:
+      carry = values.update(carry)
+    trace['x_out'] = design.view(carry)
     stats = block_stats(trace) if self.collect_stats else {}
-    return {**carry, 'x': x}, stats
+    return carry, stats
+
+  def norm_factory(self, name: str):
+    """norm(role) -> the norm module of sublayer `name` for that role."""
+    return lambda role: make_norm(self.cfg, f'{name}_norm' if role == 'in' else f'{name}_norm_{role}')
 
 
 def block_stack(cfg, collect_stats: bool):
@@ -137,6 +159,9 @@ class Transformer(nn.Module):
       pos_init = nn.with_logical_partitioning(nn.initializers.normal(cfg.init_std), (None, 'embed'))
       self.pos_embedding = self.param('pos_embedding', pos_init, (self.max_len, cfg.d_model), jnp.float32)
     self.blocks = block_stack(cfg, self.collect_stats)
+    readout = residual.DESIGNS[cfg.residual].readout
+    if readout is not None:
+      self.res_readout = readout(cfg)
     if PLACEMENTS[cfg.block].final_norm:
       self.final_norm = make_norm(cfg, 'final_norm')
     if not cfg.tie_embeddings:
@@ -158,10 +183,18 @@ class Transformer(nn.Module):
     dt = jnp.dtype(self.cfg.dtype)
     return jnp.einsum('btd,dv->btv', x_BxTxD.astype(dt), w_DxV.astype(dt)).astype(jnp.float32)
 
+  def start(self, x_BxTxD) -> dict:
+    """The scan carry entering block 1 (the residual design's state)."""
+    return residual.init_carry(self.cfg, x_BxTxD)
+
+  def finish(self, carry: dict):
+    """The one stream leaving the stack (e.g. HC's n streams read out), before the final norm."""
+    return self.res_readout(carry) if residual.DESIGNS[self.cfg.residual].readout else carry['x']
+
   def stack(self, x_BxTxD):
     """The scanned blocks: (stream leaving block L, per-layer stats)."""
-    carry, stats = self.blocks({'x': x_BxTxD}, layer_schedule(self.cfg))
-    return carry['x'], stats
+    carry, stats = self.blocks(self.start(x_BxTxD), layer_schedule(self.cfg))
+    return self.finish(carry), stats
 
   def __call__(self, tokens_BxT):
     x_BxTxD, stats = self.stack(self.embed(tokens_BxT))
@@ -177,13 +210,14 @@ def make_model(cfg, collect_stats: bool = False) -> Transformer:
 def apply_unrolled(model: Transformer, params, tokens_BxT):
   """Reference forward pass with a Python loop over layers (tests and benchmarks)."""
   cfg = model.cfg
-  carry = {'x': model.apply({'params': params}, tokens_BxT, method=Transformer.embed)}
+  carry = model.apply({'params': params}, tokens_BxT, method=lambda m, t: m.start(m.embed(t)))
   schedule = layer_schedule(cfg)
   for l in range(cfg.num_layers):
     layer_params = jax.tree.map(lambda p, l=l: p[l], params['blocks'])
     layer = jax.tree.map(lambda s, l=l: s[l], schedule)
     carry, _ = Block(cfg).apply({'params': layer_params}, carry, layer)
-  return model.apply({'params': params}, carry['x'], method=Transformer.unembed)
+  x_BxTxD = model.apply({'params': params}, carry, method=Transformer.finish)
+  return model.apply({'params': params}, x_BxTxD, method=Transformer.unembed)
 
 
 def param_counts(params) -> tuple[int, int]:

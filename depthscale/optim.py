@@ -29,10 +29,13 @@ def schedule(cfg) -> optax.Schedule:
 
 
 def param_kind(path) -> str:
-  """'embedding', 'norm' (gains and biases) or 'matrix' for a parameter's tree path."""
+  """'embedding', 'residual' (residual-design weights, modules named res_*), 'norm' (gains
+  and biases) or 'matrix' for a parameter's tree path."""
   keys = [str(getattr(k, 'key', k)) for k in path]
   if keys[0] in EMBEDDING_PARAMS:
     return 'embedding'
+  if any(k.startswith('res_') for k in keys):
+    return 'residual'
   if any('norm' in k for k in keys) or keys[-1] in ('scale', 'bias'):
     return 'norm'
   return 'matrix'
@@ -43,7 +46,8 @@ def decay_mask(cfg, params):
   def decays(path, _):
     kind = param_kind(path)
     return (kind == 'matrix' or (kind == 'norm' and cfg.optim.decay_norms)
-            or (kind == 'embedding' and cfg.optim.decay_embeddings))
+            or (kind == 'embedding' and cfg.optim.decay_embeddings)
+            or (kind == 'residual' and cfg.optim.decay_residual))
   return jax.tree_util.tree_map_with_path(decays, params)
 
 

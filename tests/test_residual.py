@@ -1,0 +1,282 @@
+"""Residual-stream designs: the defining property of each (spec residual_params_dynamics.md)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from depthscale import config, residual
+from depthscale.blocks import layer_schedule
+from depthscale.model import Attention, Block, Mlp, make_model
+from depthscale.norms import LayerNorm
+from depthscale.optim import decay_mask, make_optimizer
+from depthscale.steps import init_state
+from tests.conftest import tiny_config
+
+
+def _params(cfg):
+  model, tx = make_model(cfg), make_optimizer(cfg)
+  return jax.jit(lambda: init_state(model, tx, 0, cfg.data.seq_len)['params'])()
+
+
+def _logits(cfg, params, tokens, collect_stats=False):
+  return jax.jit(make_model(cfg, collect_stats).apply)({'params': params}, tokens)
+
+
+def _tokens(cfg):
+  return jax.random.randint(jax.random.PRNGKey(1), (2, cfg.data.seq_len), 0, cfg.model.vocab_size)
+
+
+def _standard_part(params):
+  """The parameters a standard model has: drop every residual-design entry."""
+  if isinstance(params, dict):
+    return {k: _standard_part(v) for k, v in params.items()
+            if not k.startswith('res_') and k != 'value_gate'}
+  return params
+
+
+def _final_carry(model, params, tokens):
+  def run(m, t):
+    return m.blocks(m.start(m.embed(t)), layer_schedule(m.cfg))[0]
+  return jax.jit(lambda p, t: model.apply({'params': p}, t, method=run))(params, tokens)
+
+
+def _rand(seed, shape):
+  return np.asarray(jax.random.normal(jax.random.PRNGKey(seed), shape), np.float64)
+
+
+@pytest.mark.parametrize('dynamic', [True, False])
+def test_hyper_connections_at_init_equal_pre_ln_exactly(dynamic):
+  """Every one of the n streams equals the Pre-LN residual stream bitwise after block L."""
+  cfg = tiny_config(**{'model.residual': 'hyper_connections', 'model.hc_dynamic': dynamic})
+  base = tiny_config()
+  model, params, tokens = make_model(cfg), _params(cfg), _tokens(cfg)
+  streams = _final_carry(model, params, tokens)['x']
+  ref = _final_carry(make_model(base), _standard_part(params), tokens)['x']
+  assert streams.shape[0] == cfg.model.hc_rate
+  for s in streams:
+    np.testing.assert_array_equal(s, ref)
+  logits, stats = _logits(cfg, params, tokens, collect_stats=True)
+  ref_logits, ref_stats = _logits(base, _standard_part(params), tokens, collect_stats=True)
+  np.testing.assert_allclose(logits, ref_logits, rtol=1e-5, atol=1e-5)
+  for name in ('act_rms', 'update_ratio'):  # the recorded stream is the mean of the n streams
+    np.testing.assert_allclose(stats[name], ref_stats[name], rtol=1e-5)
+
+
+def test_hyper_connection_static_equations():
+  """With random A_m, A_r, B: h_in = A_m^T H and H_out = B F(h_in) + A_r^T H (float64 ref)."""
+  cfg = tiny_config(**{'model.residual': 'hyper_connections', 'model.hc_dynamic': False}).model
+  n, k = cfg.hc_rate, 5
+  h = _rand(0, (n, 2, 3, 8))
+  p = {'a_m': _rand(1, (n,)), 'a_r': _rand(2, (n, n)), 'b': _rand(3, (n,))}
+  conn = residual.HyperConnection(cfg)
+  h_in, write = conn.apply({'params': p}, {'x': jnp.asarray(h, jnp.float32)}, jnp.int32(k))
+  a_m = np.eye(n)[k % n] + p['a_m']
+  a_r, b = np.eye(n) + p['a_r'], 1 + p['b']
+  ref_in = np.einsum('n,nbtd->btd', a_m, h)
+  np.testing.assert_allclose(h_in, ref_in, rtol=1e-5, atol=1e-5)
+  out = write(jnp.tanh(h_in))['x']
+  f = np.tanh(ref_in) - ref_in
+  ref_out = b[:, None, None, None] * f + np.einsum('ij,ibtd->jbtd', a_r, h)
+  np.testing.assert_allclose(out, ref_out, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize('scale,bias', [(0.5, 0.0), (0.1, residual.MHC_RES_DIAG)])
+def test_mhc_sinkhorn_is_doubly_stochastic(scale, bias):
+  """Random logits, and the init's 2 I plus a perturbation; with 20 iterations rows reach
+  1e-5 only for moderate logit ranges (peaked logits converge slowly: see README)."""
+  logits = scale * _rand(4, (64, 4, 4)) + bias * np.eye(4)
+  m = np.asarray(residual.sinkhorn(jnp.asarray(logits), 20), np.float64)
+  assert np.all(m > 0)
+  np.testing.assert_allclose(m.sum(-1), 1, atol=1e-5)
+  np.testing.assert_allclose(m.sum(-2), 1, atol=1e-5)
+
+
+def test_mhc_at_init_is_pre_ln_up_to_eps():
+  """Documented init: sum(H_pre) = 1, H_post = 1, H_res doubly stochastic, so identical
+  streams stay identical and the model is Pre-LN up to the Sinkhorn/gate epsilons."""
+  cfg = tiny_config(**{'model.residual': 'mhc'})
+  model, params, tokens = make_model(cfg), _params(cfg), _tokens(cfg)
+  logits, _ = _logits(cfg, params, tokens)
+  ref, _ = _logits(tiny_config(), _standard_part(params), tokens)
+  np.testing.assert_allclose(logits, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_denseformer_at_init_equals_standard_exactly():
+  over = {'model.num_layers': 4, 'model.dwa_dilation': 2, 'model.dwa_period': 2}
+  cfg = tiny_config(**{'model.residual': 'denseformer', **over})
+  model, params, tokens = make_model(cfg), _params(cfg), _tokens(cfg)
+  logits, _ = _logits(cfg, params, tokens)
+  ref, _ = _logits(tiny_config(**over), _standard_part(params), tokens)
+  np.testing.assert_array_equal(logits, ref)
+
+
+@pytest.mark.parametrize('index', [1, 2, 3, 4])
+def test_dwa_averages_block_outputs_of_its_dilation_group(index):
+  """Y_i = sum_{j <= i, j = i mod k} alpha_ij X_j when p | i, else X_i (float64 ref)."""
+  cfg = tiny_config(**{'model.residual': 'denseformer', 'model.num_layers': 4,
+                       'model.dwa_dilation': 2, 'model.dwa_period': 2}).model
+  hist = _rand(5, (5, 2, 3, 8))
+  x = _rand(6, (2, 3, 8))
+  alpha = _rand(7, (5,))
+  carry = {'x': jnp.asarray(x, jnp.float32), 'dwa': jnp.asarray(hist, jnp.float32)}
+  out = residual.DepthWeightedAverage(cfg).apply({'params': {'alpha': alpha}}, carry,
+                                                 jnp.int32(index))
+  hist[index] = x
+  weights = alpha + np.eye(5)[index]
+  group = [j for j in range(index + 1) if (index - j) % 2 == 0]
+  ref = sum(weights[j] * hist[j] for j in group) if index % 2 == 0 else x
+  np.testing.assert_allclose(out['x'], ref, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(out['dwa'], hist, rtol=0, atol=0)
+
+
+def _attn_res_sources_for(k: int, sizes: list[int]) -> tuple[list[int], bool]:
+  """Spec reference: the block n (1-based) holding sublayer k and whether its partial sum
+  is a source (i >= 2 in the spec's 1-based position)."""
+  start = 0
+  for n, size in enumerate(sizes, 1):
+    if k < start + size:
+      return list(range(n)), k > start
+    start += size
+  raise ValueError(k)
+
+
+@pytest.mark.parametrize('blocks', [1, 2, 4, 6])
+def test_attn_res_zero_query_averages_sources_uniformly(blocks):
+  """Block AttnRes with w = 0 reads the uniform mean of its sources; L_sub = 6 sublayers,
+  S = L_sub // N per block, the last block takes the remainder (N = 6 is full AttnRes)."""
+  cfg = tiny_config(**{'model.residual': 'block_attn_res', 'model.attn_res_blocks': blocks}).model
+  subs = 2 * cfg.num_layers
+  size = subs // blocks
+  sizes = [size] * (blocks - 1) + [subs - size * (blocks - 1)]
+  sources = _rand(8, (blocks + 1, 2, 3, 8))
+  conn = residual.AttnResConnection(cfg)
+  carry = {'x': jnp.zeros((2, 3, 8)), 'sources': jnp.asarray(sources, jnp.float32)}
+  params = conn.init(jax.random.PRNGKey(0), carry, jnp.int32(0))['params']
+  assert not np.any(params['read']['query'])
+  for k in range(subs):
+    h, write = conn.apply({'params': params}, carry, jnp.int32(k))
+    done, partial = _attn_res_sources_for(k, sizes)
+    used = done + ([len(done)] if partial else [])
+    np.testing.assert_allclose(h, sources[used].mean(0), rtol=1e-5, atol=1e-5)
+    v = _rand(9, (2, 3, 8))
+    after = write(h + v)['sources']
+    expect = sources.copy()
+    expect[len(done)] += v
+    np.testing.assert_allclose(after, expect, rtol=1e-5, atol=1e-5)
+
+
+def test_attn_res_weights_are_softmax_of_query_dot_rmsnormed_keys():
+  cfg = tiny_config(**{'model.residual': 'attn_res'}).model
+  sources = _rand(10, (4, 2, 3, 8))
+  w = _rand(11, (8,))
+  valid = np.array([True, True, False, True])
+  read = residual.DepthSoftmax(cfg)
+  h = read.apply({'params': {'query': w, 'key_norm': {'scale': np.ones(8)}}},
+                 jnp.asarray(sources, jnp.float32), jnp.asarray(valid))
+  keys = sources / np.sqrt(np.mean(sources ** 2, -1, keepdims=True) + cfg.norm_eps)
+  logits = np.einsum('sbtd,d->sbt', keys, w)[valid]
+  p = np.exp(logits - logits.max(0)) / np.exp(logits - logits.max(0)).sum(0)
+  np.testing.assert_allclose(h, np.einsum('sbt,sbtd->btd', p, sources[valid]), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize('variant', ['rw', 'lr', 'pa', 'rw_lr'])
+def test_laurel_equations(variant):
+  """rw: alpha F + beta x with (alpha, beta) = 2 softmax; lr: F + x + B A x; rw_lr:
+  alpha F + beta (x + B A x); pa: F + x + sum_j gamma_j x_{i-j} (float64 ref)."""
+  cfg = tiny_config(**{'model.residual': 'laurel', 'model.laurel': variant}).model
+  x, prev = _rand(12, (2, 3, 8)), _rand(13, (cfg.laurel_window, 2, 3, 8))
+  carry = {'x': jnp.asarray(x, jnp.float32), 'prev': jnp.asarray(prev, jnp.float32)}
+  conn = residual.Laurel(cfg)
+  params = dict(conn.init(jax.random.PRNGKey(0), carry, jnp.int32(0))['params'])
+  h0, write0 = conn.apply({'params': params}, carry, jnp.int32(0))
+  np.testing.assert_array_equal(write0(jnp.tanh(h0))['x'], jnp.tanh(h0))  # standard at init
+  params = {k: _rand(14 + i, v.shape) for i, (k, v) in enumerate(sorted(params.items()))}
+  h, write = conn.apply({'params': params}, carry, jnp.int32(0))
+  out = write(jnp.tanh(h))
+  f = np.tanh(x) - x
+  alpha, beta = 1.0, 1.0
+  if 'rw' in variant:
+    e = np.exp(params['rw_logits'])
+    alpha, beta = 2 * e / e.sum()
+  skip = x
+  if 'lr' in variant:
+    skip = x + np.einsum('btr,dr->btd', np.einsum('btd,rd->btr', x, params['a']), params['b'])
+  if variant == 'pa':
+    skip = x + np.einsum('k,kbtd->btd', params['gamma'], prev)
+    np.testing.assert_array_equal(out['prev'], np.concatenate([x[None], prev[:-1]]).astype(np.float32))
+  np.testing.assert_allclose(out['x'], alpha * f + beta * skip, rtol=1e-4, atol=1e-4)
+
+
+def test_value_residual_formulas():
+  v, v1, gate = _rand(20, (2, 3, 2, 4)), _rand(21, (2, 3, 2, 4)), _rand(22, (2, 3, 2))
+  expected = {'resformer': 0.5 * v1 + 0.5 * v, 'svformer': v1,
+              'satformer': v + np.maximum(gate, 0)[..., None] * v1}
+  for kind, ref in expected.items():
+    for first in (True, False):
+      out = residual.mix_values(kind, jnp.asarray(v), jnp.asarray(v1), jnp.asarray(first),
+                                jnp.asarray(gate))
+      np.testing.assert_allclose(out, v if first else ref, rtol=1e-6, atol=1e-6)
+
+
+def test_svformer_ignores_value_projections_after_layer_1():
+  cfg = tiny_config(**{'model.value_residual': 'svformer'})
+  model, params, tokens = make_model(cfg), _params(cfg), _tokens(cfg)
+
+  def loss(p):
+    return model.apply({'params': p}, tokens)[0].sum()
+
+  g_kv = jax.jit(jax.grad(loss))(params)['blocks']['attn']['kv']  # L x D x 2 x K x E; [:, :, 1] = W_V
+  assert np.all(np.asarray(g_kv[1:, :, 1]) == 0)
+  assert np.any(np.asarray(g_kv[0, :, 1]) != 0) and np.any(np.asarray(g_kv[1:, :, 0]) != 0)
+
+
+def test_satformer_with_zero_gate_weights_is_standard():
+  sat = tiny_config(**{'model.value_residual': 'satformer'})
+  params, tokens = _params(sat), _tokens(sat)
+  assert params['blocks']['value_gate'].shape == (sat.model.num_layers, 32, 2)
+  params['blocks']['value_gate'] = jnp.zeros_like(params['blocks']['value_gate'])
+  logits, _ = _logits(sat, params, tokens)
+  ref, _ = _logits(tiny_config(), _standard_part(params), tokens)
+  np.testing.assert_array_equal(logits, ref)
+
+
+@pytest.mark.parametrize('form', ['gptj', 'neox'])
+def test_parallel_block_equations(form):
+  """gptj: x + Attn(N(x)) + MLP(N(x)); neox: x + Attn(N1(x)) + MLP(N2(x))."""
+  cfg = tiny_config(**{'model.parallel_block': form})
+  params = jax.tree.map(lambda p: p[0], _params(cfg)['blocks'])
+  assert ('mlp_norm' in params) == (form == 'neox')
+  x = jnp.asarray(_rand(23, (2, cfg.data.seq_len, 32)), jnp.float32)
+  out, _ = jax.jit(Block(cfg.model).apply)({'params': params}, {'x': x}, {'index': jnp.int32(1)})
+  norm = lambda name: LayerNorm(eps=cfg.model.norm_eps).apply({'params': params[name]}, x)
+  a = Attention(cfg.model).apply({'params': params['attn']}, norm('attn_norm'))
+  m = Mlp(cfg.model).apply({'params': params['mlp']},
+                           norm('mlp_norm' if form == 'neox' else 'attn_norm'))
+  np.testing.assert_allclose(out['x'], x + a + m, rtol=1e-5, atol=1e-5)
+
+
+def test_residual_weights_are_not_decayed_by_default():
+  cfg = tiny_config(**{'model.residual': 'denseformer'})
+  params = _params(cfg)
+  mask = decay_mask(cfg, params)
+  assert not mask['blocks']['res_dwa']['alpha'] and mask['blocks']['attn']['q']
+  cfg.optim.decay_residual = True
+  assert decay_mask(cfg, params)['blocks']['res_dwa']['alpha']
+
+
+@pytest.mark.parametrize('field,value', [('model.residual', 'highway'),
+                                         ('model.dwa_period', 2),
+                                         ('model.value_residual', 'v1'),
+                                         ('model.parallel_block', 'palm'),
+                                         ('model.hc_rate', 0)])
+def test_bad_residual_config_names_the_field(field, value):
+  cfg = tiny_config(**{field: value})  # num_layers = 3: period 2 does not divide it
+  with pytest.raises(config.ConfigError, match=field):
+    config.validate(cfg)
+
+
+def test_parallel_block_needs_pre_ln():
+  post = tiny_config(**{'model.parallel_block': 'gptj', 'model.block': 'post_ln'})
+  with pytest.raises(config.ConfigError, match='model.parallel_block'):
+    config.validate(post)
