@@ -32,7 +32,9 @@ class Checkpointer:
     """(state, data_state) of a step; abstract_state gives shapes, dtypes, shardings."""
     out = self._mngr.restore(step, args=ocp.args.Composite(
         state=ocp.args.StandardRestore(abstract_state), data=ocp.args.JsonRestore()))
-    return out.state, out.data
+    # Fresh device buffers for the donating train step (on CPU, restored buffers may alias
+    # host memory owned by orbax).
+    return jax.tree.map(lambda x: x.copy(), out.state), out.data
 
   def wait(self) -> None:
     self._mngr.wait_until_finished()

@@ -83,10 +83,26 @@ def default_config() -> ConfigDict:
   t.checkpoint_every = 100  # steps between checkpoints (and at the end)
   t.keep_checkpoints = 2  # checkpoints kept on disk
 
+  a = c.metrics = ConfigDict()
+  a.analysis_every = 100  # steps between per-layer analyses (depthscale.analysis), 0 = off; also at the last step
+  a.analysis_batch_size = 4  # sequences of the first eval batch the analyses run on
+  a.tb_layers = 64  # per-layer TensorBoard scalars for at most this many layers (evenly spaced subset)
+  a.images = True  # at the end, TensorBoard images of the main metrics: layer x step heatmaps, l/L profiles
+
   s = c.mesh = ConfigDict()
   s.data = -1  # data-parallel axis size (-1 = the remaining devices)
   s.fsdp = 1  # parameter-sharding axis size
   s.tensor = 1  # tensor-parallel axis size
+  s.dcn_data = 1  # slices (multi-slice/DCN): the data axis spans this many slices
+  s.max_replicated_size = 1 << 20  # largest parameter (elements) left whole when fsdp*tensor > 1
+  r = s.rules = ConfigDict()  # logical axis -> comma-separated mesh axes ('' = replicated)
+  r.batch = 'data,fsdp'  # batch rows of data and activations
+  r.embed = 'fsdp'  # d_model axis of parameters (FSDP)
+  r.mlp = 'tensor'  # MLP hidden axis (tensor parallelism)
+  r.heads = 'tensor'  # attention heads (tensor parallelism)
+  r.kv = ''  # head_dim
+  r.vocab = 'tensor'  # vocabulary axis of embedding, head and logits
+  r.layers = ''  # the scanned layer axis: never sharded
   return c
 
 
@@ -130,7 +146,7 @@ def validate_residual(m: ConfigDict) -> None:
 def validate(cfg: ConfigDict) -> None:
   """Checks a resolved config; raises ConfigError with a one-line message."""
   import jax  # pylint: disable=import-outside-toplevel
-  from depthscale import blocks, data, norms  # pylint: disable=import-outside-toplevel
+  from depthscale import blocks, data, norms, sharding  # pylint: disable=import-outside-toplevel
 
   check_positive(cfg, ['model.num_layers', 'model.d_model', 'model.num_heads',
                        'model.vocab_size', 'model.init_std', 'model.norm_eps',
@@ -166,9 +182,16 @@ def validate(cfg: ConfigDict) -> None:
   for f in ('b1', 'b2', 'decay_fraction'):
     if not 0 <= cfg.optim[f] <= 1:
       _fail(f'optim.{f}', cfg.optim[f], 'a number in [0, 1]')
+  check_positive(cfg, ['metrics.analysis_batch_size', 'metrics.tb_layers'])
+  if cfg.metrics.analysis_every < 0:
+    _fail('metrics.analysis_every', cfg.metrics.analysis_every, '0 (off) or a positive number of steps')
+  if cfg.metrics.analysis_batch_size > cfg.data.batch_size:
+    _fail('metrics.analysis_batch_size', cfg.metrics.analysis_batch_size,
+          f'1..data.batch_size={cfg.data.batch_size}')
   for f in ('data', 'fsdp', 'tensor'):
     if cfg.mesh[f] == 0 or cfg.mesh[f] < -1:
       _fail(f'mesh.{f}', cfg.mesh[f], '-1 or a positive axis size')
+  sharding.validate(cfg.mesh)
   try:
     data.validate(cfg.data, m.vocab_size)
   except ValueError as e:

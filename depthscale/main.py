@@ -1,5 +1,6 @@
 """Command line: python -m depthscale.main --config=experiments/FILE.py[:ARG] --workdir=DIR
-[--config.SECTION.FIELD=VALUE ...] [--rung=NAME_OR_INDEX]."""
+[--config.SECTION.FIELD=VALUE ...] [--rung=NAME_OR_INDEX] [--dry_run]
+[--coordinator_address=HOST:PORT --num_processes=N --process_id=I | --multi_host]."""
 
 from __future__ import annotations
 
@@ -13,6 +14,15 @@ from depthscale.config import ConfigError
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'Experiment file[:arg].', lock_config=True)
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Ladder directory; rung r lives in WORKDIR/r/.')
 _RUNG = flags.DEFINE_string('rung', None, 'Run only this rung (name or 0-based index).')
+_DRY_RUN = flags.DEFINE_bool('dry_run', False, 'Compile every rung for the mesh and report '
+                             'parameters, per-device memory and shardings; no training.')
+_COORDINATOR = flags.DEFINE_string('coordinator_address', None, 'Multi-process: HOST:PORT of '
+                                   'process 0 (with --num_processes and --process_id).')
+_NUM_PROCESSES = flags.DEFINE_integer('num_processes', None, 'Multi-process: process count.')
+_PROCESS_ID = flags.DEFINE_integer('process_id', None, 'Multi-process: this process (0-based).')
+_MULTI_HOST = flags.DEFINE_bool('multi_host', False, 'Call jax.distributed.initialize() with '
+                                'cluster auto-detection (TPU pod, SLURM) even if the '
+                                'environment does not show a multi-process launch.')
 
 
 def _usage_error(message: str) -> None:
@@ -29,16 +39,24 @@ def _parse(argv: list[str]) -> list[str]:
 
 
 def main(argv: list[str]) -> None:
+  from depthscale import distributed, dryrun  # pylint: disable=import-outside-toplevel
   from depthscale.experiment import run_ladder  # pylint: disable=import-outside-toplevel
   logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO
   if len(argv) > 1:
     _usage_error(f'unexpected arguments: {" ".join(argv[1:])}')
-  if not _WORKDIR.value or _CONFIG.value is None:
-    _usage_error('--config and --workdir are required')
+  if _CONFIG.value is None or not (_WORKDIR.value or _DRY_RUN.value):
+    _usage_error('--config and --workdir are required (--workdir not with --dry_run)')
+  if _COORDINATOR.value and (_NUM_PROCESSES.value is None or _PROCESS_ID.value is None):
+    _usage_error('--coordinator_address needs --num_processes and --process_id')
+  distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value,
+                         force=_MULTI_HOST.value)
   overrides = config_flags.get_override_values(flags.FLAGS['config'])
   config_arg = config_flags.get_config_filename(flags.FLAGS['config'])
   try:
-    run_ladder(config_arg, _WORKDIR.value, overrides, _RUNG.value)
+    if _DRY_RUN.value:
+      dryrun.dry_run(config_arg, overrides, _RUNG.value)
+    else:
+      run_ladder(config_arg, _WORKDIR.value, overrides, _RUNG.value)
   except ConfigError as e:
     _usage_error(str(e))
 

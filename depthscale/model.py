@@ -18,7 +18,7 @@ import numpy as np
 from depthscale import residual
 from depthscale.blocks import PLACEMENTS, Sublayer, layer_schedule
 from depthscale.norms import make_norm
-from depthscale.stats import block_stats
+from depthscale.stats import attention_entropy, block_stats
 
 EMBEDDING_PARAMS = ('embedding', 'pos_embedding', 'head')
 
@@ -31,6 +31,11 @@ def d_ff(cfg) -> int:
 def _dense_param(module: nn.Module, name: str, shape, axes, std: float):
   init = nn.with_logical_partitioning(nn.initializers.normal(std), axes)
   return module.param(name, init, shape, jnp.float32)
+
+
+def constrain(x, *names: str | None):
+  """Activation sharding by logical axis names (a no-op unless rules and a mesh are in scope)."""
+  return nn.with_logical_constraint(x, names)
 
 
 def rope(x_BxTxNxE, base: float):
@@ -60,13 +65,15 @@ class Attention(nn.Module):
     wkv = _dense_param(self, 'kv', (cfg.d_model, 2, k, e), ('embed', None, 'heads', 'kv'), std)
     wo = _dense_param(self, 'o', (h, e, cfg.d_model), ('heads', 'kv', 'embed'), std)
     x = x_BxTxD.astype(dt)
-    q_BxTxHxE = jnp.einsum('btd,dhe->bthe', x, wq.astype(dt))
+    q_BxTxHxE = constrain(jnp.einsum('btd,dhe->bthe', x, wq.astype(dt)), 'batch', None, 'heads', 'kv')
     kv_2xBxTxKxE = jnp.einsum('btd,dcke->cbtke', x, wkv.astype(dt))
     k_BxTxKxE, v_BxTxKxE = kv_2xBxTxKxE[0], kv_2xBxTxKxE[1]
     if mix_values is not None:
       v_BxTxKxE = mix_values(v_BxTxKxE, x)
     if cfg.position == 'rope':
       q_BxTxHxE, k_BxTxKxE = rope(q_BxTxHxE, cfg.rope_base), rope(k_BxTxKxE, cfg.rope_base)
+    if self.is_mutable_collection('analysis'):  # explicit probabilities: analysis path only
+      self.sow('analysis', 'attn_entropy', attention_entropy(q_BxTxHxE, k_BxTxKxE))
     o_BxTxHxE = jax.nn.dot_product_attention(q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, is_causal=True)
     return jnp.einsum('bthe,hed->btd', o_BxTxHxE, wo.astype(dt))
 
@@ -85,9 +92,11 @@ class Mlp(nn.Module):
       wi = _dense_param(self, 'wi', (cfg.d_model, 2, f), ('embed', None, 'mlp'), std)
       gate_up_BxTx2xF = jnp.einsum('btd,dcf->btcf', x, wi.astype(dt))
       h_BxTxF = nn.silu(gate_up_BxTx2xF[..., 0, :]) * gate_up_BxTx2xF[..., 1, :]
+      h_BxTxF = constrain(h_BxTxF, 'batch', None, 'mlp')
     else:
       wi = _dense_param(self, 'wi', (cfg.d_model, f), ('embed', 'mlp'), std)
       h_BxTxF = jax.nn.gelu(jnp.einsum('btd,df->btf', x, wi.astype(dt)), approximate=True)
+      h_BxTxF = constrain(h_BxTxF, 'batch', None, 'mlp')
     wo = _dense_param(self, 'wo', (f, cfg.d_model), ('mlp', 'embed'), std)
     return jnp.einsum('btf,fd->btd', h_BxTxF, wo.astype(dt))
 
@@ -136,7 +145,7 @@ def block_stack(cfg, collect_stats: bool):
   block = Block
   if cfg.remat != 'none':
     block = nn.remat(Block, policy=getattr(jax.checkpoint_policies, cfg.remat), prevent_cse=False)
-  return nn.scan(block, variable_axes={'params': 0}, split_rngs={'params': True},
+  return nn.scan(block, variable_axes={'params': 0, 'intermediates': 0}, split_rngs={'params': True},
                  in_axes=0, length=cfg.num_layers,
                  metadata_params={nn.PARTITION_NAME: 'layers'})(cfg, collect_stats)
 
@@ -173,7 +182,7 @@ class Transformer(nn.Module):
     x_BxTxD = jnp.take(self.embedding, tokens_BxT, axis=0)
     if self.cfg.position == 'learned':
       x_BxTxD = x_BxTxD + self.pos_embedding[None, :tokens_BxT.shape[1]]
-    return x_BxTxD.astype(jnp.dtype(self.cfg.dtype))
+    return constrain(x_BxTxD.astype(jnp.dtype(self.cfg.dtype)), 'batch', None, None)
 
   def unembed(self, x_BxTxD):
     """Final norm (if any) and LM head, in float32."""
@@ -181,7 +190,8 @@ class Transformer(nn.Module):
       x_BxTxD = self.final_norm(x_BxTxD)
     w_DxV = self.embedding.T if self.cfg.tie_embeddings else self.head
     dt = jnp.dtype(self.cfg.dtype)
-    return jnp.einsum('btd,dv->btv', x_BxTxD.astype(dt), w_DxV.astype(dt)).astype(jnp.float32)
+    logits_BxTxV = jnp.einsum('btd,dv->btv', x_BxTxD.astype(dt), w_DxV.astype(dt))
+    return constrain(logits_BxTxV.astype(jnp.float32), 'batch', None, 'vocab')
 
   def start(self, x_BxTxD) -> dict:
     """The scan carry entering block 1 (the residual design's state)."""

@@ -15,12 +15,12 @@ def rung_row(name: str, cfg, summary: dict) -> dict:
           'tokens/s': summary['tokens_per_sec'], 'compile_s': summary['compile_s']}
 
 
-def table(rows: list[dict]) -> str:
+def table(rows: list[dict], columns=COLUMNS) -> str:
   """Aligned text table of rows (missing values shown as '-')."""
-  cells = [[c for c, _ in COLUMNS]]
+  cells = [[c for c, _ in columns]]
   for r in rows:
-    cells.append([fmt.format(r[c]) if r.get(c) is not None else '-' for c, fmt in COLUMNS])
-  widths = [max(len(row[i]) for row in cells) for i in range(len(COLUMNS))]
+    cells.append([fmt.format(r[c]) if r.get(c) is not None else '-' for c, fmt in columns])
+  widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
   lines = ['  '.join(v.rjust(w) if i else v.ljust(w) for i, (v, w) in enumerate(zip(row, widths)))
            for row in cells]
   return '\n'.join([lines[0], '-' * len(lines[0]), *lines[1:]])

@@ -11,12 +11,13 @@ import time
 import jax
 import numpy as np
 
-from depthscale import data
+from depthscale import data, sharding
+from depthscale.analysis import Analyzer
 from depthscale.checkpoint import Checkpointer, abstract
 from depthscale.model import make_model, param_counts
 from depthscale.optim import make_optimizer, schedule
 from depthscale.steps import init_state, make_eval_step, make_train_step
-from depthscale.writers import Jsonl, TensorBoard
+from depthscale.writers import Jsonl, TensorBoard, read_jsonl
 
 
 class NonFiniteError(RuntimeError):
@@ -48,13 +49,24 @@ def _eta(seconds: float) -> str:
   return f'{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}'
 
 
-class _Logs:
-  """Process-0 outputs of a rung: TensorBoard, layer_metrics.jsonl, train/eval logs."""
+def tb_layer_subset(num_layers: int, max_layers: int) -> list[int]:
+  """0-based layers with per-layer TensorBoard scalars: all, or max_layers evenly spaced
+  ones (first and last included) for deeper models."""
+  if num_layers <= max_layers:
+    return list(range(num_layers))
+  return sorted({int(round(v)) for v in np.linspace(0, num_layers - 1, max_layers)})
 
-  def __init__(self, workdir: str, resume_step: int | None):
+
+class _Logs:
+  """Process-0 outputs of a rung: TensorBoard, layer_metrics.jsonl, train/eval/analysis logs."""
+
+  def __init__(self, workdir: str, resume_step: int | None, tb_layers: list[int]):
     self.tb = TensorBoard(workdir)
+    self.tb_layers = tb_layers
+    self.pending_analysis: tuple[int, dict] | None = None  # merged into that step's record
     self.layers = Jsonl(os.path.join(workdir, 'layer_metrics.jsonl'), resume_step)
     self.train = Jsonl(os.path.join(workdir, 'train_log.jsonl'), resume_step)
+    self.analysis = Jsonl(os.path.join(workdir, 'analysis_log.jsonl'), resume_step)
     # an eval at the restored step was written before its checkpoint: keep it
     self.eval = Jsonl(os.path.join(workdir, 'eval_log.jsonl'),
                       None if resume_step is None else resume_step + 1)
@@ -63,9 +75,45 @@ class _Logs:
     self.train.write({'step': step, **scalars})
     self.tb.scalars(step, scalars)
     if layers:
-      self.layers.write({'step': step, **{k: [float(v) for v in vs] for k, vs in layers.items()}})
-      self.tb.scalars(step, {f'layers/{k}/{l + 1:04d}': v
-                             for k, vs in layers.items() for l, v in enumerate(vs)})
+      self._layer_record(step, layers)
+
+  def _layer_record(self, step: int, layers: dict) -> None:
+    """One layer_metrics.jsonl record per step: the step's analyses, if any, merged in."""
+    if self.pending_analysis and self.pending_analysis[0] == step:
+      layers = {**layers, **self.pending_analysis[1]}
+      self.pending_analysis = None
+    if self.pending_analysis and self.pending_analysis[0] < step:
+      self.flush_analysis()  # an analysis at a step without a logging record: its own record
+    self.layers.write({'step': step, **{k: [float(v) for v in vs] for k, vs in layers.items()}})
+    self.tb.scalars(step, {f'layers/{k}/{l + 1:04d}': vs[l]
+                           for k, vs in layers.items() for l in self.tb_layers})
+
+  def log_analysis(self, step: int, layers: dict, scalars: dict) -> None:
+    """Analyses of the parameters at `step`, held until that step's logging record."""
+    self.flush_analysis()
+    self.pending_analysis = (step, layers)
+    self.analysis.write({'step': step, **scalars})
+    self.tb.scalars(step, scalars)
+
+  def flush_analysis(self) -> None:
+    if self.pending_analysis:
+      step, layers = self.pending_analysis
+      self.pending_analysis = None
+      self._layer_record(step, layers)
+
+  def images(self, step: int) -> None:
+    """Per metric of plots.PROFILE_METRICS: a layer x step heatmap and an l/L profile
+    (one line per logged step); a figure costs ~0.1-0.3 s, so not every metric gets one."""
+    from depthscale import plots  # pylint: disable=import-outside-toplevel
+    by_metric: dict[str, list] = {}
+    for r in read_jsonl(self.layers.path):
+      for k, v in r.items():
+        if k in plots.PROFILE_METRICS:
+          by_metric.setdefault(k, []).append((r['step'], v))
+    for metric, rows in by_metric.items():
+      steps, values = [s for s, _ in rows], np.asarray([v for _, v in rows], float)
+      for kind, draw in (('heatmap', plots.heatmap), ('profile', plots.profile)):
+        self.tb.image(step, f'images/{kind}/{metric}', *draw(metric, steps, values))
 
   def log_eval(self, step: int, scalars: dict) -> None:
     self.eval.write({'step': step, **scalars})
@@ -120,8 +168,10 @@ class _Run:
     t = cfg.train
     model, stats_model = make_model(cfg), make_model(cfg, collect_stats=True)
     tx = make_optimizer(cfg)
-    self.state = jax.jit(init_state, static_argnums=(0, 1, 2, 3))(model, tx, t.seed, cfg.data.seq_len)
+    self.plan = sharding.make_plan(cfg, model, tx, init_state)
+    self.state = self.plan.init(init_state, model, tx, t.seed, cfg.data.seq_len)
     self.params, self.non_embedding_params = param_counts(self.state['params'])
+    init_blocks = jax.device_get(self.state['params']['blocks'])  # for param_rotation
 
     self.it = data.train_iterator(cfg.data, t.seed, jax.process_index(), jax.process_count())
     self.ckpt = Checkpointer(os.path.join(workdir, 'checkpoints'), t.keep_checkpoints)
@@ -129,20 +179,35 @@ class _Run:
     if start is not None:
       self.state, data_state = self.ckpt.restore(start, abstract(self.state))
       self.it.set_state(data_state)
-    self.logs = _Logs(workdir, start) if self.lead else None
+    self.logs = _Logs(workdir, start, tb_layer_subset(cfg.model.num_layers, cfg.metrics.tb_layers)
+                      ) if self.lead else None
+    if self.lead:
+      m = cfg.model
+      self.logs.tb.hparams({'d_model': m.d_model, 'num_layers': m.num_layers, 'params': self.params,
+                            'non_embedding_params': self.non_embedding_params, 'block': m.block,
+                            'norm': m.norm, 'residual': m.get('residual', 'standard'),
+                            'mlp': m.mlp, 'lr': cfg.optim.lr, 'steps': t.steps})
     self.start = start or 0
 
     self.hops = data.hop_values(cfg.data)
-    self.eval_set = data.eval_batches(cfg.data, t.seed, cfg.data.eval_batches,
-                                      jax.process_index(), jax.process_count())
+    self.eval_set = [self.plan.global_batch(b) for b in data.eval_batches(
+        cfg.data, t.seed, cfg.data.eval_batches, jax.process_index(), jax.process_count())]
     lr_fn = schedule(cfg)
-    self.batch = next(self.it)
+    self.batch = self.plan.global_batch(next(self.it))
     t0 = time.perf_counter()
     self.plain = self._compile(make_train_step(model, tx, lr_fn))
     self.compile_s = time.perf_counter() - t0
     self.with_stats = self._compile(make_train_step(stats_model, tx, lr_fn))
-    self.eval_fn = jax.jit(make_eval_step(model, self.hops)).lower(
-        self.state['params'], self.eval_set[0]).compile()
+    p = self.plan
+    with p.context():
+      self.eval_fn = jax.jit(make_eval_step(model, self.hops),
+                             in_shardings=(p.state['params'], p.batch),
+                             out_shardings=p.replicated).lower(
+          self.state['params'], self.eval_set[0]).compile()
+    self.analyzer = Analyzer(model, init_blocks, jax.tree.map(
+        lambda a: a[:cfg.metrics.analysis_batch_size], self.eval_set[0]), t.seed
+                             ) if cfg.metrics.analysis_every else None
+    self.analysis_scalars: dict[str, float] = {}
     self.tokens_per_step = cfg.data.batch_size * cfg.data.seq_len
     self.clock = {'t': time.perf_counter(), 'step': self.start, 'busy': 0.0,
                   'tokens': 0, 'seconds': 0.0}
@@ -150,7 +215,7 @@ class _Run:
     self.eval_scalars: dict[str, float] = {}
 
   def _compile(self, step_fn):
-    return jax.jit(step_fn, donate_argnums=0).lower(self.state, self.batch).compile()
+    return self.plan.compile_train_step(step_fn, self.state, self.batch)
 
   def loop(self, preempt: _Preemption, stop_at_step: int | None) -> dict:
     """Runs steps start..steps-1; outputs of step s are checked while step s+1 runs."""
@@ -161,7 +226,9 @@ class _Run:
         self._finish(pending)
         return {'status': 'stopped', 'step': s}
       if s > self.start:
-        self.batch = next(self.it)
+        self.batch = self.plan.global_batch(next(self.it))
+      if self.analyzer and (s % self.cfg.metrics.analysis_every == 0 or s == steps - 1):
+        self._analyse(s)  # the last one shares the final logging step's record
       step_fn = self.with_stats if s % t.log_every == 0 or s == steps - 1 else self.plain
       self.state, out = step_fn(self.state, self.batch)
       self._finish(pending)
@@ -201,6 +268,8 @@ class _Run:
       c['seconds'] += dt
     c.update(t=now, step=s + 1, busy=0.0)
     scalars = {'train/loss': self.last_loss, 'train/grad_norm': float(out['grad_norm']),
+               'train/param_norm': float(out['param_norm']),
+               'train/logit_max': float(out['logit_max']),
                'train/lr': float(out['lr']), 'perf/tokens_per_sec': tps,
                'perf/step_ms': 1e3 * dt / max(n, 1)}
     if self.lead:
@@ -223,8 +292,20 @@ class _Run:
       self.ckpt.save(done, self.state, self.it.get_state())
     self.clock['busy'] += time.perf_counter() - t0
 
+  def _analyse(self, step: int) -> None:
+    """Periodic analyses of the current parameters, recorded at `step` (before its update)."""
+    t0 = time.perf_counter()
+    layers, self.analysis_scalars = self.analyzer(self.state['params'])
+    if self.lead:
+      self.logs.log_analysis(step, layers, self.analysis_scalars)
+    self.clock['busy'] += time.perf_counter() - t0
+
   def _summary(self) -> dict:
     c, cfg = self.clock, self.cfg
+    if self.lead:
+      self.logs.flush_analysis()
+      if cfg.metrics.images:
+        self.logs.images(cfg.train.steps)
     return {
         'final_train_loss': self.last_loss,
         'final_eval_loss': self.eval_scalars.get('eval/loss', float('nan')),
@@ -234,9 +315,11 @@ class _Run:
         'tokens_per_sec': c['tokens'] / c['seconds'] if c['seconds'] else float('nan'),
         **{k.replace('eval/', 'final_eval_'): v for k, v in self.eval_scalars.items()
            if 'acc_hop' in k},
+        **{'final_' + k.replace('/', '_'): v for k, v in self.analysis_scalars.items()},
     }
 
   def close(self) -> None:
     self.ckpt.close()
     if self.lead:
+      self.logs.flush_analysis()
       self.logs.tb.close()

@@ -7,6 +7,7 @@ import os
 import time
 
 from tensorboard.compat.proto import event_pb2, summary_pb2
+from tensorboard.plugins.hparams import summary_v2 as hparams_summary
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
 
@@ -29,6 +30,11 @@ class TensorBoard:
     img = summary_pb2.Summary.Image(height=height, width=width, colorspace=4,
                                     encoded_image_string=png)
     self._add(step, summary_pb2.Summary.Value(tag=tag, image=img))
+
+  def hparams(self, values: dict[str, bool | int | float | str]) -> None:
+    """The run's hyperparameters (HParams dashboard), one session-start summary."""
+    summary = hparams_summary.hparams_pb(values)
+    self._writer.add_event(event_pb2.Event(wall_time=time.time(), step=0, summary=summary))
 
   def flush(self) -> None:
     self._writer.flush()

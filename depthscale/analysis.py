@@ -1,0 +1,221 @@
+"""Periodic per-layer analyses on a fixed eval batch, and the effective depths they give.
+
+One compiled function runs everything: a scan over the blocks (the same Block
+definition and stacked parameters as the model's nn.scan) that returns each block's
+output stream, its Jacobian's distance from the identity and its attention entropies;
+the logit lens mapped over layers; and the loss with each block skipped, mapped over the
+skipped block. Nothing loops over layers in Python or recompiles per layer.
+
+Per-layer metrics (length L, block 1 first; h_l is the raw stream leaving block l (the
+residual design's view of its carry), h_0 the embedding, never final-normed unless stated;
+p_L is the model's output distribution, after the design's readout):
+  angular_distance: arccos(cos(h_{l-1}[T], h_l[T])) / pi on the last token T, mean over
+    sequences (Gromov et al. 2024; Curse of Depth, Sun et al. 2025).
+  logit_lens_kl: KL(p_l || p_L) with p_l = softmax(W_U FinalNorm(h_l)), mean over tokens:
+    the direction of the "What affects effective depth" code, whose ED_KL uses it.
+  logit_lens_top5: |top5(p_l) & top5(p_L)| / 5, mean over tokens (same source).
+  skip_delta_loss: loss with block l replaced by the identity minus the loss of the full
+    model (ShortGPT / Curse of Depth layer removal, on LM loss).
+  jacobian_identity_dev: ||J_l v - v|| / ||v|| for one Gaussian v, J_l the Jacobian of
+    block l (its whole scan carry) at its input (jvp): 0 when the block is the identity.
+  attn_entropy_mean, attn_entropy_min: per head the mean over queries of
+    -sum_j a_ij ln a_ij (causal), then the mean and min over heads (Zhai et al. 2023).
+  param_rotation: 1 - cos(vec W_l(t), vec W_l(0)) over the block's matrices
+    (Carbonnelle & De Vleeschouwer 2019); the init is kept on the host.
+  erank_weights: mean over the block's matrices of erank(W) = exp(-sum p_k ln p_k),
+    p = singular values / their sum (Roy & Vetterli 2007); a matrix is flattened to
+    (D, rest) when its first axis is d_model, else to (rest, last axis).
+  erank_acts: erank of the mean-centered (tokens x D) matrix of h_l.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from depthscale import residual
+from depthscale.blocks import layer_schedule
+from depthscale.model import Block, Transformer
+from depthscale.steps import weighted_loss
+
+KL_THRESHOLD = 0.5  # tau of ED_KL (the "What affects" table uses 0.5)
+OVERLAP_THRESHOLD = 0.3  # ED_overlap threshold (same source)
+SKIP_FRACTION = 0.9  # effective_depth/skip: share of the summed skip losses
+_TINY = 1e-30
+
+
+def angular_distance(h_prev_BxTxD, h_BxTxD) -> jax.Array:
+  """arccos(cos) / pi between two streams on the last token, mean over sequences; the
+  angle is 2 atan2(|u - w|, |u + w|) for unit vectors u, w (exactly 0 when equal)."""
+  unit = lambda x: x / jnp.maximum(jnp.linalg.norm(x, axis=-1, keepdims=True), _TINY)
+  u, w = unit(h_prev_BxTxD[:, -1].astype(jnp.float32)), unit(h_BxTxD[:, -1].astype(jnp.float32))
+  angle = 2 * jnp.arctan2(jnp.linalg.norm(u - w, axis=-1), jnp.linalg.norm(u + w, axis=-1))
+  return jnp.mean(angle / jnp.pi)
+
+
+def erank(m_NxM) -> jax.Array:
+  """Effective rank exp(H(p)), p = singular values normalized to sum 1 (0 for a zero matrix)."""
+  s = jnp.linalg.svd(m_NxM.astype(jnp.float32), compute_uv=False)
+  total = jnp.sum(s, axis=-1, keepdims=True)
+  p = s / jnp.maximum(total, _TINY)
+  h = -jnp.sum(jnp.where(p > 0, p * jnp.log(jnp.where(p > 0, p, 1.0)), 0.0), axis=-1)
+  return jnp.where(total[..., 0] > 0, jnp.exp(h), 0.0)
+
+
+def as_matrix(w_Lx, d_model: int):
+  """Per-layer weights (leading L axis) as L matrices: (D, rest) or (rest, last axis)."""
+  if w_Lx.shape[1] == d_model:
+    return w_Lx.reshape(w_Lx.shape[0], d_model, -1)
+  return w_Lx.reshape(w_Lx.shape[0], -1, w_Lx.shape[-1])
+
+
+def logit_lens(log_p_VxT, log_p_final_VxT):
+  """(KL(p || p_final), top-5 overlap) for log-probabilities over the last axis, token means."""
+  kl = jnp.sum(jnp.exp(log_p_VxT) * (log_p_VxT - log_p_final_VxT), axis=-1)
+  top = jax.lax.top_k(log_p_VxT, 5)[1]
+  top_final = jax.lax.top_k(log_p_final_VxT, 5)[1]
+  overlap = jnp.sum(top[..., :, None] == top_final[..., None, :], axis=(-1, -2)) / 5.0
+  return jnp.mean(kl), jnp.mean(overlap)
+
+
+def make_analysis_fn(model: Transformer) -> Callable[[Any, dict, jax.Array], dict]:
+  """(params, batch, key) -> per-layer analyses (length-L arrays), jittable as one function."""
+  cfg = model.cfg
+  block, stat_block = Block(cfg), Block(cfg, collect_stats=True)
+  schedule = layer_schedule(cfg)
+  view = residual.DESIGNS[cfg.residual].view  # the one stream of a residual design's carry
+
+  def run_block(p_l, carry, layer):
+    return block.apply({'params': p_l}, carry, layer)[0]
+
+  def probe(carry, xs):
+    """One block on the clean forward: output stream, jvp test, entropies, Csordas cosines."""
+    p_l, layer, key = xs
+    (out, stats), sown = stat_block.apply({'params': p_l}, carry, layer, mutable=['analysis'])
+    leaves, tree = jax.tree.flatten(carry)  # the whole carry: residual designs may add state
+    v = tree.unflatten([jax.random.normal(k, a.shape, jnp.float32).astype(a.dtype)
+                        for k, a in zip(jax.random.split(key, len(leaves)), leaves)])
+    _, jv = jax.jvp(lambda c: run_block(p_l, c, layer), (carry,), (v,))
+    sq = lambda t: sum(jnp.sum(jnp.square(a.astype(jnp.float32))) for a in jax.tree.leaves(t))
+    dev = jnp.sqrt(sq(jax.tree.map(jnp.subtract, jv, v)) / sq(v))
+    ent_H = jnp.concatenate([jnp.ravel(e) for e in jax.tree.leaves(sown['analysis'])])
+    return out, {'x_out': view(out), 'jacobian_identity_dev': dev,
+                 'attn_entropy_mean': jnp.mean(ent_H), 'attn_entropy_min': jnp.min(ent_H),
+                 'cos_mean': (stats['attn_cos'] + stats['mlp_cos'] + stats['update_cos']) / 3}
+
+  def apply(params, *args, method):
+    return model.apply({'params': params}, *args, method=method)
+
+  def skipped_loss(params, carry0, batch, skip):
+    """Loss with block `skip` (0-based) replaced by the identity."""
+    def body(carry, xs):
+      p_l, layer, l = xs
+      out = run_block(p_l, carry, layer)
+      return jax.tree.map(lambda new, old: jnp.where(l == skip, old, new), out, carry), None
+    idx = jnp.arange(cfg.num_layers)
+    carry, _ = jax.lax.scan(body, carry0, (params['blocks'], schedule, idx))
+    logits = apply(params, apply(params, carry, method=Transformer.finish), method=Transformer.unembed)
+    return weighted_loss(logits, batch)
+
+  def analyse(params, batch, key) -> dict:
+    carry0 = apply(params, apply(params, batch['inputs'], method=Transformer.embed),
+                   method=Transformer.start)
+    keys = jax.random.split(key, cfg.num_layers)
+    carry, per = jax.lax.scan(probe, carry0, (params['blocks'], schedule, keys))
+    h_LxBxTxD = per.pop('x_out')
+    h_prev = jnp.concatenate([view(carry0)[None], h_LxBxTxD[:-1]])
+    log_softmax = lambda h: jax.nn.log_softmax(apply(params, h, method=Transformer.unembed), axis=-1)
+    final_logits = apply(params, apply(params, carry, method=Transformer.finish),
+                         method=Transformer.unembed)
+    log_p_final = jax.nn.log_softmax(final_logits, axis=-1)
+    kl, top5 = jax.lax.map(lambda h: logit_lens(log_softmax(h), log_p_final), h_LxBxTxD)
+    base = weighted_loss(final_logits, batch)
+    skip = jax.lax.map(lambda s: skipped_loss(params, carry0, batch, s), jnp.arange(cfg.num_layers))
+    acts = h_LxBxTxD.reshape(cfg.num_layers, -1, h_LxBxTxD.shape[-1]).astype(jnp.float32)
+    mats = [erank(as_matrix(w, cfg.d_model)) for w in jax.tree.leaves(params['blocks']) if w.ndim >= 3]
+    return {**per,
+            'angular_distance': jax.vmap(angular_distance)(h_prev, h_LxBxTxD),
+            'logit_lens_kl': kl, 'logit_lens_top5': top5,
+            'skip_delta_loss': skip - base,
+            'erank_acts': erank(acts - jnp.mean(acts, axis=1, keepdims=True)),
+            'erank_weights': sum(mats) / len(mats)}
+
+  return analyse
+
+
+def param_rotation(blocks, init_blocks) -> np.ndarray:
+  """Per layer 1 - cos(vec W(t), vec W(0)) over the matrices (ndim >= 3 with the layer axis)."""
+  dot = norm_t = norm_0 = 0.0
+  for w, w0 in zip(jax.tree.leaves(blocks), jax.tree.leaves(init_blocks)):
+    if w.ndim < 3:
+      continue
+    w = np.asarray(w, np.float64).reshape(w.shape[0], -1)
+    w0 = np.asarray(w0, np.float64).reshape(w0.shape[0], -1)
+    dot, norm_t, norm_0 = dot + (w * w0).sum(1), norm_t + (w * w).sum(1), norm_0 + (w0 * w0).sum(1)
+  return 1.0 - dot / np.maximum(np.sqrt(norm_t * norm_0), _TINY)
+
+
+def ed_cos(cos_mean: np.ndarray) -> float:
+  """effective_depth/cos (What affects effective depth, calc_ed_cosine_similarity): the last
+  0-based l with mean(attn_cos, mlp_cos, update_cos)[l] < 0 <= [l+1]; NaN if none."""
+  hits = [l for l in range(len(cos_mean) - 1) if cos_mean[l] < 0 <= cos_mean[l + 1]]
+  return float(hits[-1]) if hits else float('nan')
+
+
+def ed_kl(kl: np.ndarray, tau: float = KL_THRESHOLD) -> float:
+  """effective_depth/kl (same source, calc_ed_logitlens_kl with tau 0.5): the first 0-based
+  l < L-1 with KL_l < tau * max KL; L-1 if none (only the last layer, where KL = 0)."""
+  hits = [l for l in range(len(kl) - 1) if kl[l] < tau * np.max(kl)]
+  return float(hits[0]) if hits else float(len(kl) - 1)
+
+
+def ed_overlap(top5: np.ndarray, threshold: float = OVERLAP_THRESHOLD) -> float:
+  """effective_depth/overlap (same source, calc_ed_logitlens_overlap with 0.3): the first
+  0-based l < L-1 whose top-5 overlap with the final layer exceeds 0.3; L-1 if none."""
+  hits = [l for l in range(len(top5) - 1) if top5[l] > threshold]
+  return float(hits[0]) if hits else float(len(top5) - 1)
+
+
+def ed_skip(skip_delta: np.ndarray, fraction: float = SKIP_FRACTION) -> float:
+  """effective_depth/skip (ours; ShortGPT-style removal): the fewest blocks, taken by
+  decreasing skip_delta_loss, whose positive loss increases sum to 90% of the total of
+  positive increases: the layers the loss needs. 0 if no block's removal hurts."""
+  gains = np.sort(np.clip(skip_delta, 0.0, None))[::-1]
+  total = gains.sum()
+  if total <= 0:
+    return 0.0
+  return float(np.searchsorted(np.cumsum(gains), fraction * total - 1e-12 * total) + 1)
+
+
+def effective_depths(per_layer: dict[str, np.ndarray]) -> dict[str, float]:
+  """effective_depth/<kind> and its ratio to L: (ED + 1) / L for the 0-based index kinds
+  (cos, kl, overlap), ED / L for skip (a count)."""
+  n = len(per_layer['skip_delta_loss'])
+  eds = {'cos': ed_cos(per_layer['cos_mean']), 'kl': ed_kl(per_layer['logit_lens_kl']),
+         'overlap': ed_overlap(per_layer['logit_lens_top5'])}
+  out = {f'effective_depth/{k}': v for k, v in eds.items()}
+  out.update({f'effective_depth/{k}_ratio': (v + 1) / n for k, v in eds.items()})
+  out['effective_depth/skip'] = ed_skip(per_layer['skip_delta_loss'])
+  out['effective_depth/skip_ratio'] = out['effective_depth/skip'] / n
+  return out
+
+
+class Analyzer:
+  """Runs the compiled analyses on a fixed batch; keeps the initial block weights on host."""
+
+  def __init__(self, model: Transformer, init_blocks, batch: dict, seed: int):
+    self.init_blocks = init_blocks
+    self.batch, self.key = batch, jax.random.PRNGKey(seed)
+    self.fn = jax.jit(make_analysis_fn(model))
+
+  def __call__(self, params) -> tuple[dict[str, list[float]], dict[str, float]]:
+    """(per-layer metrics as lists, block 1 first; effective-depth scalars)."""
+    per = jax.device_get(self.fn(params, self.batch, self.key))
+    per = {k: np.asarray(v, np.float64) for k, v in per.items()}
+    per['param_rotation'] = param_rotation(jax.device_get(params['blocks']), self.init_blocks)
+    scalars = effective_depths(per)
+    del per['cos_mean']  # the mean of three logged statistics, used for ED_cos only
+    return {k: [float(x) for x in v] for k, v in per.items()}, scalars

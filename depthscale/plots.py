@@ -1,0 +1,90 @@
+"""PNG figures of per-layer metrics (matplotlib, Agg backend): heatmaps, profiles, ladders."""
+
+from __future__ import annotations
+
+import io
+
+import matplotlib
+
+matplotlib.use('Agg')
+import matplotlib.pyplot as plt  # pylint: disable=wrong-import-position
+import numpy as np  # pylint: disable=wrong-import-position
+
+PROFILE_METRICS = ('update_ratio', 'attn_contrib', 'mlp_contrib', 'cos_in_out',
+                   'angular_distance', 'logit_lens_kl', 'skip_delta_loss',
+                   'jacobian_identity_dev')
+
+
+def _png(fig) -> tuple[bytes, int, int]:
+  """(PNG bytes, height, width) of a figure, which is closed."""
+  buf = io.BytesIO()
+  fig.savefig(buf, format='png', dpi=80)
+  plt.close(fig)
+  w, h = (int(v) for v in fig.get_size_inches() * 80)
+  return buf.getvalue(), h, w
+
+
+def relative_depth(num_layers: int) -> np.ndarray:
+  """l / L for l = 1..L."""
+  return np.arange(1, num_layers + 1) / num_layers
+
+
+def heatmap(metric: str, steps: list[int], values_SxL: np.ndarray) -> tuple[bytes, int, int]:
+  """Layer (y, block 1 at the bottom) x logged step (x) heatmap of one metric."""
+  fig, ax = plt.subplots(figsize=(5, 3.5))
+  im = ax.imshow(np.asarray(values_SxL, float).T, aspect='auto', origin='lower', cmap='viridis',
+                 extent=(-0.5, len(steps) - 0.5, 0.5, values_SxL.shape[1] + 0.5))
+  ticks = np.unique(np.linspace(0, len(steps) - 1, min(len(steps), 6)).astype(int))
+  ax.set_xticks(ticks, [str(steps[i]) for i in ticks])
+  ax.set(xlabel='step', ylabel='layer', title=metric)
+  fig.colorbar(im, ax=ax)
+  fig.tight_layout()
+  return _png(fig)
+
+
+def profile(metric: str, steps: list[int], values_SxL: np.ndarray) -> tuple[bytes, int, int]:
+  """Metric vs relative depth l/L, one line per logged step (darker = later)."""
+  fig, ax = plt.subplots(figsize=(5, 3.5))
+  colors = plt.cm.viridis(np.linspace(0, 1, len(steps)))
+  x = relative_depth(values_SxL.shape[1])
+  for step, row, c in zip(steps, values_SxL, colors):
+    ax.plot(x, row, color=c, marker='.', label=f'step {step}')
+  ax.set(xlabel='l / L', ylabel=metric, title=metric)
+  if len(steps) <= 8:
+    ax.legend(fontsize=6)
+  fig.tight_layout()
+  return _png(fig)
+
+
+def loss_vs_depth(curves: dict[str, tuple[list[int], list[float]]], path: str) -> None:
+  """Final eval loss vs num_layers, one line per variant; written to path."""
+  fig, ax = plt.subplots(figsize=(5, 3.5))
+  for name, (depths, losses) in sorted(curves.items()):
+    order = np.argsort(depths)
+    ax.plot(np.asarray(depths)[order], np.asarray(losses)[order], marker='o', label=name)
+  ax.set_xscale('log', base=2)
+  ax.set(xlabel='num_layers L', ylabel='final eval loss', title='loss vs depth')
+  ax.legend(fontsize=7)
+  fig.tight_layout()
+  fig.savefig(path, dpi=80)
+  plt.close(fig)
+
+
+def final_profiles(profiles: dict[str, dict[str, list[float]]], path: str,
+                   metrics: tuple[str, ...] = PROFILE_METRICS) -> None:
+  """Per-layer metrics at the final step vs l/L, one panel per metric, one line per rung."""
+  shown = [m for m in metrics if any(m in p for p in profiles.values())]
+  cols = min(4, max(len(shown), 1))
+  rows = max(1, -(-len(shown) // cols))
+  fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.6 * rows), squeeze=False)
+  for ax, metric in zip(axes.flat, shown):
+    for rung, p in sorted(profiles.items()):
+      if metric in p:
+        ax.plot(relative_depth(len(p[metric])), p[metric], marker='.', label=rung)
+    ax.set(xlabel='l / L', title=metric)
+  for ax in axes.flat[len(shown):]:
+    ax.axis('off')
+  axes.flat[0].legend(fontsize=6)
+  fig.tight_layout()
+  fig.savefig(path, dpi=80)
+  plt.close(fig)

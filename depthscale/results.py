@@ -1,0 +1,75 @@
+"""Notebook loader of a ladder directory: `depthscale.results.load('runs/quickstart')`."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+import pandas as pd
+
+from depthscale.writers import read_jsonl
+
+SCALAR_LOGS = ('train_log.jsonl', 'eval_log.jsonl', 'analysis_log.jsonl')
+
+
+@dataclasses.dataclass
+class Results:
+  """The rungs of one ladder as DataFrames, each with a 'rung' column.
+
+  configs: one row per rung, the config flattened to dotted columns ('model.num_layers').
+  summaries: one row per finished rung, the fields of summary.json.
+  layers: long format, one row per (rung, step, metric, layer), layer 1-based; analysis
+    records share the 'step' of the training log they sit next to.
+  scalars: long format, one row per (rung, step, tag) from the train, eval and analysis logs.
+  """
+  configs: pd.DataFrame
+  summaries: pd.DataFrame
+  layers: pd.DataFrame
+  scalars: pd.DataFrame
+
+  def final_profile(self, rung: str) -> dict[str, list[float]]:
+    """Per metric, its values per layer at the last step it was logged in this rung."""
+    df = self.layers[self.layers.rung == rung]
+    last = df[df.step == df.groupby('metric').step.transform('max')]
+    return {m: g.sort_values('layer').value.tolist() for m, g in last.groupby('metric')}
+
+
+def _flatten(d: dict, prefix: str = '') -> dict:
+  out = {}
+  for k, v in d.items():
+    if isinstance(v, dict):
+      out.update(_flatten(v, f'{prefix}{k}.'))
+    else:
+      out[prefix + k] = v
+  return out
+
+
+def rung_dirs(ladder_dir: str) -> list[str]:
+  """Names of the rung directories (those holding a config.json), sorted."""
+  return sorted(d for d in os.listdir(ladder_dir)
+                if os.path.isfile(os.path.join(ladder_dir, d, 'config.json')))
+
+
+def load(ladder_dir: str) -> Results:
+  """Reads every rung of a ladder directory (finished or not) into DataFrames."""
+  configs, summaries, layers, scalars = [], [], [], []
+  for rung in rung_dirs(ladder_dir):
+    path = lambda f, rung=rung: os.path.join(ladder_dir, rung, f)
+    with open(path('config.json')) as f:
+      configs.append({'rung': rung, **_flatten(json.load(f))})
+    if os.path.exists(path('summary.json')):
+      with open(path('summary.json')) as f:
+        summaries.append({'rung': rung, **json.load(f)})
+    if os.path.exists(path('layer_metrics.jsonl')):
+      for r in read_jsonl(path('layer_metrics.jsonl')):
+        layers.extend({'rung': rung, 'step': r['step'], 'metric': k, 'layer': l + 1, 'value': v}
+                      for k, vs in r.items() if k != 'step' for l, v in enumerate(vs))
+    for log in SCALAR_LOGS:
+      if os.path.exists(path(log)):
+        scalars.extend({'rung': rung, 'step': r['step'], 'tag': k, 'value': v}
+                       for r in read_jsonl(path(log)) for k, v in r.items() if k != 'step')
+  frame = lambda rows, cols: pd.DataFrame(rows, columns=None if rows else cols)
+  return Results(frame(configs, ['rung']), frame(summaries, ['rung']),
+                 frame(layers, ['rung', 'step', 'metric', 'layer', 'value']),
+                 frame(scalars, ['rung', 'step', 'tag', 'value']))

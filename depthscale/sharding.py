@@ -1,0 +1,215 @@
+"""Device mesh, logical-axis rules and the shardings of state, batches and activations.
+
+The mesh has axes ('data', 'fsdp', 'tensor'). Every parameter carries logical axis
+names (see depthscale.model); `mesh.rules` in the config maps each logical name to
+mesh axes. A dimension whose size the mapped axes do not divide stays unsharded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import math
+from typing import Any, Iterator
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax.experimental import mesh_utils
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from depthscale.config import ConfigError
+
+MESH_AXES = ('data', 'fsdp', 'tensor')
+LOGICAL_AXES = ('batch', 'embed', 'mlp', 'heads', 'kv', 'vocab', 'layers')
+PARAM_AXES = ('fsdp', 'tensor')  # mesh axes that shard parameters
+
+Rules = tuple[tuple[str, tuple[str, ...]], ...]
+
+
+def rule_axes(value: str) -> tuple[str, ...]:
+  """'data,fsdp' -> ('data', 'fsdp'); '' -> () (replicated)."""
+  return tuple(a.strip() for a in value.split(',') if a.strip())
+
+
+def validate(mesh_cfg) -> None:
+  """Checks the rules table: known mesh axes, none twice, the layer axis never sharded."""
+  for name in LOGICAL_AXES:
+    field = f'mesh.rules.{name}'
+    value = mesh_cfg.rules[name]
+    axes = rule_axes(value)
+    if any(a not in MESH_AXES for a in axes) or len(set(axes)) != len(axes):
+      raise ConfigError(f'{field}={value!r} is invalid: allowed a comma-separated list of '
+                        f'distinct mesh axes from {", ".join(MESH_AXES)} (or "" = replicated)')
+  if rule_axes(mesh_cfg.rules.layers):
+    raise ConfigError(f'mesh.rules.layers={mesh_cfg.rules.layers!r} is invalid: allowed "" '
+                      '(the scanned layer axis is never sharded: each step visits every layer)')
+  if mesh_cfg.dcn_data < 1:
+    raise ConfigError(f'mesh.dcn_data={mesh_cfg.dcn_data!r} is invalid: allowed a positive int')
+
+
+def rules_of(mesh_cfg) -> Rules:
+  """The config's rules table as (logical name, mesh axes) pairs."""
+  return tuple((name, rule_axes(mesh_cfg.rules[name])) for name in LOGICAL_AXES)
+
+
+def mesh_shape(mesh_cfg, num_devices: int) -> tuple[int, int, int]:
+  """(data, fsdp, tensor) sizes; at most one -1 takes the remaining devices."""
+  sizes = [mesh_cfg[a] for a in MESH_AXES]
+  if sizes.count(-1) > 1:
+    raise ConfigError(f'mesh sizes {dict(zip(MESH_AXES, sizes))} are invalid: allowed at most '
+                      'one -1')
+  known = math.prod(s for s in sizes if s != -1)
+  if -1 in sizes:
+    if num_devices % known:
+      raise ConfigError(f'mesh sizes {dict(zip(MESH_AXES, sizes))} are invalid: allowed sizes '
+                        f'whose product divides the {num_devices} devices')
+    sizes[sizes.index(-1)] = num_devices // known
+  if math.prod(sizes) != num_devices:
+    raise ConfigError(f'mesh sizes {dict(zip(MESH_AXES, sizes))} are invalid: allowed sizes '
+                      f'whose product is the {num_devices} devices (or use -1)')
+  return tuple(sizes)
+
+
+def make_mesh(mesh_cfg, devices=None) -> Mesh:
+  """The (data, fsdp, tensor) mesh; with dcn_data > 1 the data axis spans slices."""
+  devices = jax.devices() if devices is None else devices
+  shape = mesh_shape(mesh_cfg, len(devices))
+  dcn = mesh_cfg.dcn_data
+  if dcn > 1:
+    if shape[0] % dcn:
+      raise ConfigError(f'mesh.dcn_data={dcn} is invalid: allowed a divisor of the data '
+                        f'axis size {shape[0]}')
+    grid = mesh_utils.create_hybrid_device_mesh((shape[0] // dcn,) + shape[1:], (dcn, 1, 1),
+                                                devices)
+  else:
+    grid = mesh_utils.create_device_mesh(shape, devices, allow_split_physical_axes=True)
+  return Mesh(grid, MESH_AXES)
+
+
+def spec_for(shape: tuple[int, ...], names: tuple[str | None, ...], mesh: Mesh,
+             rules: Rules) -> PartitionSpec:
+  """Mesh partition of an array with logical axis names; an axis that does not divide
+  its dimension (or is already used) is left out."""
+  table, used, out = dict(rules), set(), []
+  for size, name in zip(shape, names):
+    axes = []
+    for a in table.get(name, ()) if name else ():
+      if a not in used and size % (math.prod(mesh.shape[b] for b in axes) * mesh.shape[a]) == 0:
+        axes.append(a)
+    used.update(axes)
+    out.append(tuple(axes) if len(axes) > 1 else (axes[0] if axes else None))
+  return PartitionSpec(*out)
+
+
+def _is_box(x) -> bool:
+  return isinstance(x, nn.Partitioned)
+
+
+def param_specs(boxed_params, mesh: Mesh, rules: Rules):
+  """PartitionSpec per parameter from its logical names (unboxed tree structure)."""
+  return jax.tree.map(
+      lambda b: spec_for(b.value.shape, b.names, mesh, rules) if _is_box(b)
+      else PartitionSpec(), boxed_params, is_leaf=_is_box)
+
+
+def _path(path) -> str:
+  return '/'.join(str(getattr(k, 'key', k)) for k in path)
+
+
+def _shards(spec: PartitionSpec, mesh: Mesh) -> int:
+  """How many pieces a spec cuts an array into."""
+  return math.prod(mesh.shape[a] for axes in spec if axes
+                   for a in ((axes,) if isinstance(axes, str) else axes))
+
+
+def check_replication(params, specs, mesh: Mesh, max_replicated: int) -> None:
+  """Raises ConfigError if parameters are meant to be sharded (fsdp * tensor > 1) but one
+  with more than max_replicated elements is left whole on every device."""
+  if math.prod(mesh.shape[a] for a in PARAM_AXES) == 1:
+    return
+  for (path, p), spec in zip(jax.tree_util.tree_flatten_with_path(params)[0],
+                             jax.tree.leaves(specs, is_leaf=lambda s: isinstance(s, PartitionSpec))):
+    if p.size > max_replicated and _shards(spec, mesh) == 1:
+      raise ConfigError(
+          f'mesh.rules leave parameter {_path(path)} {tuple(p.shape)} ({p.size:,} elements) '
+          f'replicated on mesh {dict(mesh.shape)}: map one of its logical axes to fsdp or '
+          f'tensor in mesh.rules, or raise mesh.max_replicated_size')
+
+
+@dataclasses.dataclass
+class Plan:
+  """Where every array of a rung lives: mesh, rules and the shardings of state and batch."""
+  mesh: Mesh
+  rules: Rules
+  abstract_state: Any  # ShapeDtypeStructs of the train state, without shardings
+  state: Any  # NamedSharding per state leaf
+  batch: NamedSharding
+  replicated: NamedSharding
+
+  @contextlib.contextmanager
+  def context(self) -> Iterator[None]:
+    """Mesh and rules in scope while tracing, for the model's activation constraints."""
+    with jax.set_mesh(self.mesh), nn.logical_axis_rules(self.rules):
+      yield
+
+  def init(self, init_fn, *static_args):
+    """Runs init_fn(*static_args) straight into the planned state shardings."""
+    with self.context():
+      return jax.jit(init_fn, static_argnums=tuple(range(len(static_args))),
+                     out_shardings=self.state)(*static_args)
+
+  def compile_train_step(self, step_fn, state, batch):
+    """Ahead-of-time compile of state, batch -> (state, out) with explicit shardings;
+    the state is donated and outputs are replicated. Arguments may be abstract."""
+    with self.context():
+      return jax.jit(step_fn, donate_argnums=0, in_shardings=(self.state, self.batch),
+                     out_shardings=(self.state, self.replicated)).lower(state, batch).compile()
+
+  def global_batch(self, local: dict) -> dict:
+    """One global array per field from this process's rows (batch axis sharded)."""
+    return {k: jax.make_array_from_process_local_data(self.batch, np.asarray(v))
+            for k, v in local.items()}
+
+
+def make_plan(cfg, model: nn.Module, tx: optax.GradientTransformation, init_fn,
+              devices=None) -> Plan:
+  """The plan of a rung: mesh from cfg.mesh, state shardings from the parameters'
+  logical names (optimizer state follows its parameter); checks replication."""
+  mesh = make_mesh(cfg.mesh, devices)
+  rules = rules_of(cfg.mesh)
+  b, t = cfg.data.batch_size, cfg.data.seq_len
+  batch_axes = spec_for((b,), ('batch',), mesh, rules)
+  wanted = math.prod(mesh.shape[a] for a in dict(rules)['batch'])
+  if _shards(batch_axes, mesh) != wanted:
+    raise ConfigError(f'data.batch_size={b} is invalid: allowed a multiple of {wanted} (the '
+                      f'mesh axes {"*".join(dict(rules)["batch"])} that mesh.rules.batch names)')
+  tokens = jax.ShapeDtypeStruct((1, t), jnp.int32)
+  boxed = jax.eval_shape(model.init, jax.random.PRNGKey(0), tokens)['params']
+  specs = param_specs(boxed, mesh, rules)
+  abstract_state = jax.eval_shape(functools.partial(init_fn, model, tx, cfg.train.seed, t))
+  check_replication(abstract_state['params'], specs, mesh, cfg.mesh.max_replicated_size)
+  named = lambda s: NamedSharding(mesh, s)
+  is_spec = lambda s: isinstance(s, PartitionSpec)
+  param_sh = jax.tree.map(named, specs, is_leaf=is_spec)
+  replicated = named(PartitionSpec())
+  opt_sh = optax.tree_map_params(tx, lambda _, s: s, abstract_state['opt_state'], param_sh,
+                                 transform_non_params=lambda _: replicated,
+                                 is_leaf=lambda x: isinstance(x, NamedSharding))
+  state = {'step': replicated, 'params': param_sh, 'opt_state': opt_sh, 'rng': replicated}
+  return Plan(mesh, rules, abstract_state, state, named(batch_axes), replicated)
+
+
+def describe(plan: Plan) -> list[str]:
+  """One line per parameter: path, global shape, mesh partition and per-device shape."""
+  lines = [f'  {"parameter":<28} {"shape":<22} {"mesh partition":<36} per-device shape']
+  flat = jax.tree_util.tree_flatten_with_path(plan.abstract_state['params'])[0]
+  for (path, p), sh in zip(flat, jax.tree.leaves(plan.state['params'],
+                                                 is_leaf=lambda s: isinstance(s, NamedSharding))):
+    local = sh.shard_shape(p.shape)
+    lines.append(f'  {_path(path):<28} {str(tuple(p.shape)):<22} {str(tuple(sh.spec)):<36} '
+                 f'{tuple(local)}')
+  return lines
