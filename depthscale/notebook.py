@@ -1,5 +1,5 @@
 """Helpers of the paper notebooks (notebooks/*.py): the smoke switch, output folders,
-per-layer profiles from a ladder's long-format layer table, and figure saving."""
+per-layer profiles from `depthscale.results.load(DIR).layers`, and figure saving."""
 
 from __future__ import annotations
 
@@ -23,19 +23,6 @@ def outputs(name: str) -> str:
   path = os.path.join(os.environ.get(OUTPUTS_ENV, 'outputs'), name)
   os.makedirs(path, exist_ok=True)
   return path
-
-
-def layer_table(ladder_dir: str) -> pd.DataFrame:
-  """Long table (rung, step, metric, layer, value) of every rung's layer_metrics.jsonl."""
-  from depthscale.writers import read_jsonl  # pylint: disable=import-outside-toplevel
-  rows = []
-  for rung in sorted(os.listdir(ladder_dir)):
-    path = os.path.join(ladder_dir, rung, 'layer_metrics.jsonl')
-    if os.path.exists(path):
-      rows.extend({'rung': rung, 'step': r['step'], 'metric': k, 'layer': l + 1, 'value': v}
-                  for r in read_jsonl(path) for k, vs in r.items() if k != 'step'
-                  for l, v in enumerate(vs))
-  return pd.DataFrame(rows, columns=['rung', 'step', 'metric', 'layer', 'value'])
 
 
 def profile(layers: pd.DataFrame, rung: str, metric: str, step: int | str = 'last') -> np.ndarray:

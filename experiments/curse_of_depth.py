@@ -23,6 +23,8 @@ SIZES = {
 }
 VARIANTS = {
     'pre_ln': {'model.block': 'pre_ln'},
+    'lns': {'model.block': 'pre_ln', 'model.ln_scaling': True},
+    'mix_ln': {'model.block': 'mix_ln', 'model.mix_ln_alpha': 0.25},
 }
 
 
@@ -34,6 +36,8 @@ def get_config(arg: str | None = None):
   c.data.seq_len, c.data.batch_size, c.data.eval_batches = seq_len, batch, 2
   c.train.steps, c.train.log_every = steps, log_every
   c.train.eval_every = c.train.checkpoint_every = steps
+  c.metrics.analysis_every = steps  # skip-layer, logit-lens and effective-depth analyses at the end
+  c.metrics.images = 'smoke' not in (arg or '')  # TensorBoard heatmaps at the end (skipped in CI)
   c.optim.lr, c.optim.warmup_steps = 1e-3 if arg == 'paper' else 3e-3, steps // 10
   return c
 

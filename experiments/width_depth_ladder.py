@@ -34,6 +34,8 @@ def get_config(arg: str | None = None):
   c.data.seq_len, c.data.batch_size, c.data.eval_batches = seq_len, batch, 2
   c.train.steps, c.train.log_every = steps, log_every
   c.train.eval_every = c.train.checkpoint_every = steps
+  c.metrics.analysis_every = 0  # no periodic analyses: this study reads the training logs
+  c.metrics.images = 'smoke' not in (arg or '')  # TensorBoard heatmaps at the end (skipped in CI)
   c.optim.warmup_steps = steps // 10
   return c
 

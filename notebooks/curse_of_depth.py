@@ -41,20 +41,24 @@
 #
 # **What this notebook asserts** (the mechanism, with margins far outside the seed
 # spread): Pre-LN `act_var` grows with depth at step 0 and after training, and its
-# per-layer update ratio falls with depth. Loss rankings are reported, not asserted.
+# per-layer update ratio falls with depth; LayerNorm Scaling keeps the deep blocks'
+# variance several times lower; replacing an early Pre-LN block by the identity costs
+# far more loss than replacing a late one. Mix-LN's gradient profile and every loss
+# ranking are reported, not asserted.
 
 # %%
 import matplotlib.pyplot as plt
 import numpy as np
 
-from depthscale import notebook
+from depthscale import compare, notebook, results
 from depthscale.experiment import run_ladder
 
 SIZE = 'smoke' if notebook.smoke() else 'cpu'  # 'paper': the full-size ladder (accelerator)
 OUT = notebook.outputs('curse_of_depth')
 LADDER = f'{OUT}/runs_{SIZE}'
 rows = run_ladder(f'../experiments/curse_of_depth.py:{SIZE}', LADDER)
-layers = notebook.layer_table(LADDER)
+res = results.load(LADDER)
+layers = res.layers
 rungs = sorted(layers.rung.unique())
 seeds = notebook.by_variant(rungs)
 variants = list(seeds)
@@ -129,15 +133,57 @@ ax.set(xlabel='step', ylabel='block l', title='Pre-LN act_var')
 notebook.save(fig, OUT, 'act_var_heatmap')
 
 # %% [markdown]
-# ## 4. Loss (reported, not asserted)
+# ## 4. Skip-layer effect: which blocks matter
+# `skip_delta_loss` (the analysis at the end of training): eval loss with block l replaced
+# by the identity, minus the full model's loss (the papers' layer-removal experiment, on
+# LM loss instead of benchmark scores).
 
 # %%
+fig, ax = plt.subplots(figsize=(5.5, 3.8))
+skip_ratio = {}
+for v in variants:
+  profs = np.array([notebook.profile(layers, r, 'skip_delta_loss', 'last') for r in seeds[v]])
+  n = profs.shape[1]
+  ax.semilogy(np.arange(1, n + 1), np.maximum(profs.mean(0), 1e-4), marker='o', label=v)
+  skip_ratio[v] = list(profs[:, : n // 4].mean(1) / profs[:, n // 2:].mean(1))
+  print(f'{v:>10}: loss cost of skipping one block, first quarter '
+        f'{notebook.mean_std(profs[:, : n // 4].mean(1))} nats, last half '
+        f'{notebook.mean_std(profs[:, n // 2:].mean(1))} nats')
+ax.set(xlabel='block l replaced by the identity', ylabel='eval loss increase (nats)',
+       title='skip-one-block cost, trained')
+ax.legend()
+notebook.save(fig, OUT, 'skip_delta_loss')
+
+# %% [markdown]
+# ## 5. Mix-LN: gradient norms across depth (reported)
+# Spread of the per-block gradient norms (largest / smallest block) at init and trained.
+
+# %%
+fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
+for ax, step in zip(axes, ('first', 'last')):
+  for v in variants:
+    prof = notebook.profile(layers, seeds[v][0], 'grad_norm', step)
+    ax.semilogy(np.arange(1, len(prof) + 1), prof, marker='o', label=v)
+  ax.set(title=f'grad norm per block, {step} logged step', xlabel='block l')
+axes[0].legend()
+notebook.save(fig, OUT, 'grad_norm_profiles')
+for v in variants:
+  spread = [np.ptp(np.log10(notebook.profile(layers, r, 'grad_norm', 'last'))) for r in seeds[v]]
+  print(f'{v:>10}: trained grad-norm spread across blocks, decades {notebook.mean_std(spread)}')
+
+# %% [markdown]
+# ## 6. Effective depth and loss (reported, not asserted)
+# `python -m depthscale.compare DIR` gives the same table and plots.
+
+# %%
+table, pngs = compare.compare(LADDER, OUT)
+print(table)
 losses = {v: [r['eval_loss'] for r in rows if r['rung'] in seeds[v]] for v in variants}
 for v in variants:
   print(f'{v:>10}: final eval loss {notebook.mean_std(losses[v])}')
 
 # %% [markdown]
-# ## 5. Assertions on the mechanism
+# ## 7. Assertions on the mechanism
 # Thresholds sit far outside the spread measured over 3 seeds (numbers in the README).
 
 # %%
@@ -153,4 +199,9 @@ for step in ('first', 'last'):
 assert min(pre_growth['first']) > 1.5, f'Pre-LN variance does not grow with depth at init: {pre_growth}'
 assert min(pre_growth['last']) > 5.0, f'Pre-LN variance does not grow with depth after training: {pre_growth}'
 assert max(update_drop['pre_ln']) < 0.6, f'Pre-LN deep blocks are not lazier: {update_drop["pre_ln"]}'
+deep_var = {v: {s: [notebook.profile(layers, r, 'act_var', s)[-1] for r in seeds[v]]
+                for s in ('first', 'last')} for v in ('pre_ln', 'lns')}
+assert max(deep_var['lns']['first']) < min(deep_var['pre_ln']['first']), f'LNS init: {deep_var}'
+assert 2 * max(deep_var['lns']['last']) < min(deep_var['pre_ln']['last']), f'LNS trained: {deep_var}'
+assert min(skip_ratio['pre_ln']) > 3, f'Pre-LN late blocks are not cheaper to skip: {skip_ratio}'
 print('mechanism assertions passed')

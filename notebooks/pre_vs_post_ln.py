@@ -51,16 +51,15 @@
 import matplotlib.pyplot as plt
 import numpy as np
 
-from depthscale import data, notebook
+from depthscale import data, notebook, results
 from depthscale.experiment import resolve, run_ladder
-from depthscale.writers import read_jsonl
 
 SIZE = 'smoke' if notebook.smoke() else 'cpu'  # 'paper': the full-size ladder (accelerator)
 OUT = notebook.outputs('pre_vs_post_ln')
 EXPERIMENT = f'../experiments/pre_vs_post_ln.py:{SIZE}'
 LADDER = f'{OUT}/runs_{SIZE}'
 rows = run_ladder(EXPERIMENT, LADDER)
-layers = notebook.layer_table(LADDER)
+layers = results.load(LADDER).layers
 rungs = sorted(layers.rung.unique())
 seeds = notebook.by_variant(rungs)
 variants = list(seeds)
@@ -107,11 +106,11 @@ print(f'unigram entropy {unigram_entropy:.3f} nats')
 def plot_loss_curves(ladder: str, groups: dict[str, list[str]], title: str):
   """Train loss of every rung, one color per variant, with the unigram entropy."""
   fig, ax = plt.subplots(figsize=(6, 3.8))
+  scalars = results.load(ladder).scalars
   for i, (v, group) in enumerate(groups.items()):
     for j, r in enumerate(group):
-      log = read_jsonl(f'{ladder}/{r}/train_log.jsonl')
-      ax.plot([x['step'] for x in log], [x['train/loss'] for x in log], color=f'C{i}',
-              label=v if j == 0 else None)
+      log = scalars[(scalars.rung == r) & (scalars.tag == 'train/loss')]
+      ax.plot(log.step, log.value, color=f'C{i}', label=v if j == 0 else None)
   ax.axhline(unigram_entropy, color='k', ls='--', lw=1, label='unigram entropy')
   ax.set(xlabel='step', ylabel='train loss', title=title)
   ax.legend()
