@@ -26,6 +26,26 @@ def default_config() -> ConfigDict:
   m.norm = 'layernorm'  # norm function: see depthscale.norms.NORMS
   m.norm_eps = 1e-5  # epsilon inside the norm's sqrt
   m.block = 'pre_ln'  # norm placement: see depthscale.blocks.PLACEMENTS
+  m.peri_embed_norm = False  # Peri-LN: norm the embedding output (AMBIGUOUS in the paper)
+  m.mix_ln_alpha = 0.25  # Mix-LN: the first floor(alpha * L) blocks are Post-LN
+  m.keel_alpha = 'sublayers'  # Keel skip multiplier: 'sublayers' (2L) or 'blocks' (L)
+  m.normformer_head_scale = 'paper'  # NormFormer HeadScale: 'paper' (before W_O) or 'code' (after)
+  m.normformer_resid_scale = False  # NormFormer: learnable lambda_resid on the MLP residual
+  m.ln_scaling = False  # LayerNorm Scaling: pre-norm outputs times 1/sqrt(l), l 1-based
+  m.gpas = False  # GPAS gate x - silu(a) * stop_grad(x), a init 0
+  m.gpas_share_per_block = True  # GPAS: one gate per block (the code); False: one per sublayer
+  m.qk_norm = 'none'  # 'none', 'full', 'per_head' or 'l2_learned_scale' (Henry et al.)
+  m.qk_norm_seq_len = 0  # T of Henry's g0 = log2(T^2 - T) (0 = data.seq_len)
+  m.layer_rope = False  # LayerRoPE (interpretation of the abstract): one rotated shared gain
+  m.layer_rope_theta = 1.0  # LayerRoPE: rotation angle per block (times RoPE frequencies)
+  m.layer_rope_base = 10000.0  # LayerRoPE: frequency base
+  m.fix_norm = False  # FixNorm: unit-norm embedding rows times sqrt(D)
+  m.norm_alpha_attn = 1.0  # DyT / Derf: initial alpha of the attention-input norms
+  m.norm_alpha_mlp = 1.0  # DyT / Derf: initial alpha of the MLP-input norms
+  m.norm_alpha_final = 1.0  # DyT / Derf: initial alpha of the final norm
+  m.bhyt_lambda_in = 2.0  # BHyT: initial lambda of the attention-input norms
+  m.bhyt_lambda_post = 1.0  # BHyT: initial lambda of the MLP-input norms
+  m.bhyt_kappa = 10.0  # BHyT: kappa
   m.position = 'rope'  # 'rope' or 'learned'
   m.rope_base = 10000.0  # RoPE frequency base
   m.mlp = 'gelu'  # 'gelu' (2 matrices) or 'swiglu' (3 matrices)
@@ -124,6 +144,40 @@ def check_choice(field: str, value, choices) -> None:
     _fail(field, value, 'one of ' + ', '.join(sorted(map(str, choices))))
 
 
+def check_norm_methods(m: ConfigDict) -> None:
+  """Checks the normalization switches of the model section and their combinations."""
+  from depthscale import blocks, inner_norms  # pylint: disable=import-outside-toplevel
+  check_choice('model.keel_alpha', m.keel_alpha, ('sublayers', 'blocks'))
+  check_choice('model.normformer_head_scale', m.normformer_head_scale, ('paper', 'code'))
+  check_choice('model.qk_norm', m.qk_norm, inner_norms.QK_NORMS)
+  if not 0 <= m.mix_ln_alpha <= 1:
+    _fail('model.mix_ln_alpha', m.mix_ln_alpha, 'a number in [0, 1]')
+  if m.qk_norm_seq_len < 0 or m.qk_norm_seq_len == 1:
+    _fail('model.qk_norm_seq_len', m.qk_norm_seq_len, '0 (= data.seq_len) or an integer >= 2')
+  if m.bhyt_kappa <= 0:
+    _fail('model.bhyt_kappa', m.bhyt_kappa, 'a positive number')
+  if m.ln_scaling and m.block not in blocks.LN_SCALING_PLACEMENTS:
+    _fail('model.ln_scaling', m.ln_scaling, 'True only with model.block in '
+          + ', '.join(blocks.LN_SCALING_PLACEMENTS))
+  if m.gpas and m.block not in blocks.GPAS_PLACEMENTS:
+    _fail('model.gpas', m.gpas, 'True only with model.block in ' + ', '.join(blocks.GPAS_PLACEMENTS))
+  if m.qk_norm != 'none' and m.block in ('ngpt', 'simple_norm', 'hybridnorm', 'hybridnorm_star'):
+    _fail('model.qk_norm', m.qk_norm, f"'none' with model.block={m.block} (it normalizes q, k itself)")
+  if m.layer_rope and (m.block != 'pre_ln' or m.norm not in ('layernorm', 'rmsnorm')):
+    _fail('model.layer_rope', m.layer_rope, 'True only with model.block=pre_ln and model.norm '
+          'in layernorm, rmsnorm')
+  if m.block == 'ngpt':
+    if m.mlp != 'swiglu':
+      _fail('model.mlp', m.mlp, "'swiglu' with model.block=ngpt")
+    if m.position != 'rope':
+      _fail('model.position', m.position, "'rope' with model.block=ngpt")
+    if (m.num_kv_heads or m.num_heads) != m.num_heads:
+      _fail('model.num_kv_heads', m.num_kv_heads, '0 (no grouped-query attention) with model.block=ngpt')
+    if m.fix_norm or m.peri_embed_norm:
+      _fail('model.fix_norm' if m.fix_norm else 'model.peri_embed_norm', True,
+            'False with model.block=ngpt (its embedding rows are unit already)')
+
+
 def validate_residual(m: ConfigDict) -> None:
   """Checks the residual-design fields of the model config."""
   from depthscale import residual  # pylint: disable=import-outside-toplevel
@@ -165,6 +219,7 @@ def validate(cfg: ConfigDict) -> None:
   check_choice('model.block', m.block, blocks.PLACEMENTS)
   check_choice('model.norm', m.norm, norms.NORMS)
   check_choice('model.position', m.position, ('rope', 'learned'))
+  check_norm_methods(m)
   check_choice('model.mlp', m.mlp, ('gelu', 'swiglu'))
   check_choice('model.dtype', m.dtype, ('float32', 'bfloat16', 'float16'))
   if m.remat != 'none' and not hasattr(jax.checkpoint_policies, m.remat):

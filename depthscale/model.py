@@ -15,9 +15,9 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from depthscale import residual
-from depthscale.blocks import PLACEMENTS, Sublayer, layer_schedule
-from depthscale.norms import make_norm
+from depthscale import inner_norms, layer_rope, ngpt, residual
+from depthscale.blocks import PLACEMENTS, layer_schedule, sublayer_factory
+from depthscale.norms import EMBED_SCALED, l2_normalize, make_norm
 from depthscale.stats import attention_entropy, block_stats
 
 EMBEDDING_PARAMS = ('embedding', 'pos_embedding', 'head')
@@ -28,9 +28,19 @@ def d_ff(cfg) -> int:
   return cfg.d_ff or int(round(cfg.mlp_ratio * cfg.d_model))
 
 
-def _dense_param(module: nn.Module, name: str, shape, axes, std: float):
-  init = nn.with_logical_partitioning(nn.initializers.normal(std), axes)
-  return module.param(name, init, shape, jnp.float32)
+def _dense_param(module: nn.Module, name: str, shape, axes, std):
+  """A normal-init matrix; std is a float or broadcasts against shape (one per slice).
+  Under nGPT each weight vector is then normalized along its D ('embed') axis."""
+  def init(key, shape, dtype=jnp.float32):
+    return jax.random.normal(key, shape, dtype) * jnp.asarray(std, dtype)
+  if module.cfg.block == 'ngpt':
+    init = ngpt.unit_init(init, axes.index('embed'))
+  return module.param(name, nn.with_logical_partitioning(init, axes), shape, jnp.float32)
+
+
+def _std(cfg, role: str, fan_in: int, fan_out: int) -> float:
+  """Init std of a matrix, from the placement's init rule."""
+  return PLACEMENTS[cfg.block].init(cfg, role, fan_in, fan_out)
 
 
 def constrain(x, *names: str | None):
@@ -60,22 +70,27 @@ class Attention(nn.Module):
     dt = jnp.dtype(cfg.dtype)
     h, k = cfg.num_heads, cfg.num_kv_heads or cfg.num_heads
     e = cfg.d_model // h
-    std = cfg.init_std
-    wq = _dense_param(self, 'q', (cfg.d_model, h, e), ('embed', 'heads', 'kv'), std)
-    wkv = _dense_param(self, 'kv', (cfg.d_model, 2, k, e), ('embed', None, 'heads', 'kv'), std)
-    wo = _dense_param(self, 'o', (h, e, cfg.d_model), ('heads', 'kv', 'embed'), std)
+    d = cfg.d_model
+    wq = _dense_param(self, 'q', (d, h, e), ('embed', 'heads', 'kv'), _std(cfg, 'q', d, h * e))
+    std_kv = np.array([_std(cfg, r, d, k * e) for r in ('k', 'v')]).reshape(2, 1, 1)
+    wkv = _dense_param(self, 'kv', (d, 2, k, e), ('embed', None, 'heads', 'kv'), std_kv)
+    wo = _dense_param(self, 'o', (h, e, d), ('heads', 'kv', 'embed'), _std(cfg, 'o', h * e, d))
     x = x_BxTxD.astype(dt)
     q_BxTxHxE = constrain(jnp.einsum('btd,dhe->bthe', x, wq.astype(dt)), 'batch', None, 'heads', 'kv')
     kv_2xBxTxKxE = jnp.einsum('btd,dcke->cbtke', x, wkv.astype(dt))
     k_BxTxKxE, v_BxTxKxE = kv_2xBxTxKxE[0], kv_2xBxTxKxE[1]
     if mix_values is not None:
       v_BxTxKxE = mix_values(v_BxTxKxE, x)
+    q_BxTxHxE, k_BxTxKxE, v_BxTxKxE = inner_norms.qkv(self, cfg, q_BxTxHxE, k_BxTxKxE, v_BxTxKxE)
     if cfg.position == 'rope':
       q_BxTxHxE, k_BxTxKxE = rope(q_BxTxHxE, cfg.rope_base), rope(k_BxTxKxE, cfg.rope_base)
+    q_BxTxHxE, k_BxTxKxE, scale = inner_norms.scores(self, cfg, q_BxTxHxE, k_BxTxKxE)
     if self.is_mutable_collection('analysis'):  # explicit probabilities: analysis path only
-      self.sow('analysis', 'attn_entropy', attention_entropy(q_BxTxHxE, k_BxTxKxE))
-    o_BxTxHxE = jax.nn.dot_product_attention(q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, is_causal=True)
-    return jnp.einsum('bthe,hed->btd', o_BxTxHxE, wo.astype(dt))
+      self.sow('analysis', 'attn_entropy', attention_entropy(q_BxTxHxE, k_BxTxKxE, scale))
+    o_BxTxHxE = jax.nn.dot_product_attention(q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, scale=scale,
+                                             is_causal=True)
+    o_BxTxHxE = inner_norms.heads(self, cfg, o_BxTxHxE)
+    return inner_norms.attn_out(self, cfg, jnp.einsum('bthe,hed->btd', o_BxTxHxE, wo.astype(dt)))
 
 
 class Mlp(nn.Module):
@@ -86,19 +101,21 @@ class Mlp(nn.Module):
   def __call__(self, x_BxTxD):
     cfg = self.cfg
     dt = jnp.dtype(cfg.dtype)
-    f, std = d_ff(cfg), cfg.init_std
+    f, d = d_ff(cfg), cfg.d_model
     x = x_BxTxD.astype(dt)
     if cfg.mlp == 'swiglu':
-      wi = _dense_param(self, 'wi', (cfg.d_model, 2, f), ('embed', None, 'mlp'), std)
-      gate_up_BxTx2xF = jnp.einsum('btd,dcf->btcf', x, wi.astype(dt))
+      std = np.array([_std(cfg, r, d, f) for r in ('gate', 'up')]).reshape(2, 1)
+      wi = _dense_param(self, 'wi', (d, 2, f), ('embed', None, 'mlp'), std)
+      gate_up_BxTx2xF = inner_norms.mlp_in(self, cfg, jnp.einsum('btd,dcf->btcf', x, wi.astype(dt)))
       h_BxTxF = nn.silu(gate_up_BxTx2xF[..., 0, :]) * gate_up_BxTx2xF[..., 1, :]
       h_BxTxF = constrain(h_BxTxF, 'batch', None, 'mlp')
     else:
-      wi = _dense_param(self, 'wi', (cfg.d_model, f), ('embed', 'mlp'), std)
-      h_BxTxF = jax.nn.gelu(jnp.einsum('btd,df->btf', x, wi.astype(dt)), approximate=True)
-      h_BxTxF = constrain(h_BxTxF, 'batch', None, 'mlp')
-    wo = _dense_param(self, 'wo', (f, cfg.d_model), ('mlp', 'embed'), std)
-    return jnp.einsum('btf,fd->btd', h_BxTxF, wo.astype(dt))
+      wi = _dense_param(self, 'wi', (d, f), ('embed', 'mlp'), _std(cfg, 'up', d, f))
+      pre_BxTxF = inner_norms.mlp_in(self, cfg, jnp.einsum('btd,df->btf', x, wi.astype(dt)))
+      h_BxTxF = constrain(jax.nn.gelu(pre_BxTxF, approximate=True), 'batch', None, 'mlp')
+    wo = _dense_param(self, 'wo', (f, d), ('mlp', 'embed'), _std(cfg, 'down', f, d))
+    h_BxTxF = inner_norms.mlp_mid(self, cfg, h_BxTxF)
+    return inner_norms.mlp_out(self, cfg, jnp.einsum('btf,fd->btd', h_BxTxF, wo.astype(dt)))
 
 
 class Block(nn.Module):
@@ -113,8 +130,8 @@ class Block(nn.Module):
     place, design = PLACEMENTS[cfg.block], residual.DESIGNS[cfg.residual]
     values = residual.ValueResidual(cfg, self, carry, layer) if cfg.value_residual != 'none' else None
     attn, mlp = Attention(cfg, name='attn'), Mlp(cfg, name='mlp')
-    subs = [Sublayer('attn', lambda y: attn(y, values), self.norm_factory('attn'), layer),
-            Sublayer('mlp', mlp, self.norm_factory('mlp'), layer)]
+    make_sublayer = sublayer_factory(self, cfg, layer, carry)
+    subs = [make_sublayer('attn', lambda y: attn(y, values)), make_sublayer('mlp', mlp)]
     parts = {}  # parallel block: the two branch outputs
     if cfg.parallel_block == 'none':
       steps = [(s.name, lambda h, s=s: place.sublayer(h, s)) for s in subs]
@@ -134,10 +151,6 @@ class Block(nn.Module):
     trace['x_out'] = design.view(carry)
     stats = block_stats(trace) if self.collect_stats else {}
     return carry, stats
-
-  def norm_factory(self, name: str):
-    """norm(role) -> the norm module of sublayer `name` for that role."""
-    return lambda role: make_norm(self.cfg, f'{name}_norm' if role == 'in' else f'{name}_norm_{role}')
 
 
 def block_stack(cfg, collect_stats: bool):
@@ -162,8 +175,22 @@ class Transformer(nn.Module):
 
   def setup(self):
     cfg = self.cfg
-    emb_init = nn.with_logical_partitioning(nn.initializers.normal(cfg.init_std), ('vocab', 'embed'))
-    self.embedding = self.param('embedding', emb_init, (cfg.vocab_size, cfg.d_model), jnp.float32)
+    d, v = cfg.d_model, cfg.vocab_size
+    if cfg.fix_norm:  # FixNorm (Nguyen & Salazar 2019): U(-0.01, 0.01), rows normalized in use
+      uniform = lambda key, shape, dtype: jax.random.uniform(key, shape, dtype, -0.01, 0.01)
+      emb_init = nn.with_logical_partitioning(uniform, ('vocab', 'embed'))
+      self.embedding = self.param('embedding', emb_init, (v, d), jnp.float32)
+    else:
+      self.embedding = _dense_param(self, 'embedding', (v, d), ('vocab', 'embed'),
+                                    _std(cfg, 'embedding', v, d))
+    if cfg.norm in EMBED_SCALED:  # DyT / Derf: x_0 = s * E[tok], learnable s init sqrt(D)
+      self.embed_scale = self.param('embed_scale', nn.initializers.constant(d ** 0.5), (), jnp.float32)
+    if cfg.peri_embed_norm:
+      self.embed_norm = make_norm(cfg, 'embed_norm')
+    if cfg.layer_rope:
+      self.layer_rope_gain = layer_rope.shared_gain(self, d)
+    if cfg.block == 'ngpt':
+      self.logit_scale = ngpt.logit_scale(self, v, d)
     if cfg.position == 'learned':
       pos_init = nn.with_logical_partitioning(nn.initializers.normal(cfg.init_std), (None, 'embed'))
       self.pos_embedding = self.param('pos_embedding', pos_init, (self.max_len, cfg.d_model), jnp.float32)
@@ -174,28 +201,43 @@ class Transformer(nn.Module):
     if PLACEMENTS[cfg.block].final_norm:
       self.final_norm = make_norm(cfg, 'final_norm')
     if not cfg.tie_embeddings:
-      head_init = nn.with_logical_partitioning(nn.initializers.normal(cfg.init_std), ('embed', 'vocab'))
-      self.head = self.param('head', head_init, (cfg.d_model, cfg.vocab_size), jnp.float32)
+      self.head = _dense_param(self, 'head', (d, v), ('embed', 'vocab'), _std(cfg, 'head', d, v))
+
+  def _table(self):
+    """The token embedding; under FixNorm with unit rows."""
+    return l2_normalize(self.embedding) if self.cfg.fix_norm else self.embedding
 
   def embed(self, tokens_BxT):
     """Token (+ learned position) embedding: the stream entering block 1."""
-    x_BxTxD = jnp.take(self.embedding, tokens_BxT, axis=0)
-    if self.cfg.position == 'learned':
+    cfg = self.cfg
+    x_BxTxD = jnp.take(self._table(), tokens_BxT, axis=0)
+    if cfg.fix_norm:
+      x_BxTxD = x_BxTxD * np.sqrt(cfg.d_model)
+    if cfg.norm in EMBED_SCALED:
+      x_BxTxD = x_BxTxD * self.embed_scale
+    if cfg.position == 'learned':
       x_BxTxD = x_BxTxD + self.pos_embedding[None, :tokens_BxT.shape[1]]
-    return constrain(x_BxTxD.astype(jnp.dtype(self.cfg.dtype)), 'batch', None, None)
+    if cfg.peri_embed_norm:
+      x_BxTxD = self.embed_norm(x_BxTxD)
+    return constrain(x_BxTxD.astype(jnp.dtype(cfg.dtype)), 'batch', None, None)
 
   def unembed(self, x_BxTxD):
     """Final norm (if any) and LM head, in float32."""
     if PLACEMENTS[self.cfg.block].final_norm:
       x_BxTxD = self.final_norm(x_BxTxD)
-    w_DxV = self.embedding.T if self.cfg.tie_embeddings else self.head
+    w_DxV = self._table().T if self.cfg.tie_embeddings else self.head
     dt = jnp.dtype(self.cfg.dtype)
     logits_BxTxV = jnp.einsum('btd,dv->btv', x_BxTxD.astype(dt), w_DxV.astype(dt))
+    if self.cfg.block == 'ngpt':
+      logits_BxTxV = logits_BxTxV * self.logit_scale
     return constrain(logits_BxTxV.astype(jnp.float32), 'batch', None, 'vocab')
 
   def start(self, x_BxTxD) -> dict:
-    """The scan carry entering block 1 (the residual design's state)."""
-    return residual.init_carry(self.cfg, x_BxTxD)
+    """The scan carry entering block 1 (the residual design's state; LayerRoPE's shared gain)."""
+    carry = residual.init_carry(self.cfg, x_BxTxD)
+    if self.cfg.layer_rope:
+      carry['layer_rope_gain'] = self.layer_rope_gain
+    return carry
 
   def finish(self, carry: dict):
     """The one stream leaving the stack (e.g. HC's n streams read out), before the final norm."""
@@ -213,7 +255,9 @@ class Transformer(nn.Module):
 
 def make_model(cfg, collect_stats: bool = False) -> Transformer:
   """Builds the model from a full config (model section + data.seq_len)."""
-  frozen = ml_collections.FrozenConfigDict(cfg.model)  # hashable: module attributes are static
+  model_cfg = cfg.model.copy_and_resolve_references()
+  model_cfg.qk_norm_seq_len = model_cfg.qk_norm_seq_len or cfg.data.seq_len
+  frozen = ml_collections.FrozenConfigDict(model_cfg)  # hashable: module attributes are static
   return Transformer(frozen, max_len=cfg.data.seq_len, collect_stats=collect_stats)
 
 

@@ -1,8 +1,15 @@
-"""Norm functions, selected by `model.norm`; each is a module over the last axis."""
+"""Norm functions, selected by `model.norm`; each is a module over the last axis.
+
+make_norm builds the configured one for a position ('attn', 'mlp' or 'final'): DyT,
+Derf and BHyT take their initial alpha (lambda) from that position.
+"""
 
 from __future__ import annotations
 
+import math
+
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
 
 
@@ -10,10 +17,26 @@ def _param(module: nn.Module, name: str, init, size: int, axis: str):
   return module.param(name, nn.with_logical_partitioning(init, (axis,)), (size,), jnp.float32)
 
 
+def _scalar(module: nn.Module, name: str, value: float):
+  return module.param(name, nn.initializers.constant(value), (), jnp.float32)
+
+
+def l2_normalize(x, axis: int = -1, eps: float = 1e-12):
+  """x / ||x||_2 along axis (in float32, cast back); eps only guards a zero vector."""
+  x32 = x.astype(jnp.float32)
+  norm = jnp.sqrt(jnp.sum(jnp.square(x32), axis=axis, keepdims=True))
+  return (x32 / jnp.maximum(norm, eps)).astype(x.dtype)
+
+
+def _rms(x32, eps: float):
+  return jnp.sqrt(jnp.square(x32).mean(-1, keepdims=True) + eps)
+
+
 class LayerNorm(nn.Module):
   """LN(x) = g * (x - mean) / sqrt(var + eps) + b; g starts at 1, b at 0."""
   eps: float = 1e-5
   axis: str = 'embed'
+  use_scale: bool = True  # False: no gain (LayerRoPE supplies it)
 
   @nn.compact
   def __call__(self, x):
@@ -22,7 +45,8 @@ class LayerNorm(nn.Module):
     mean = x32.mean(-1, keepdims=True)
     var = jnp.square(x32 - mean).mean(-1, keepdims=True)
     y = (x32 - mean) * jnp.reciprocal(jnp.sqrt(var + self.eps))
-    y = y * _param(self, 'scale', nn.initializers.ones, d, self.axis)
+    if self.use_scale:
+      y = y * _param(self, 'scale', nn.initializers.ones, d, self.axis)
     y = y + _param(self, 'bias', nn.initializers.zeros, d, self.axis)
     return y.astype(x.dtype)
 
@@ -31,18 +55,134 @@ class RMSNorm(nn.Module):
   """RMSNorm(x) = g * x / sqrt(mean(x^2) + eps); no bias, g starts at 1."""
   eps: float = 1e-5
   axis: str = 'embed'
+  use_scale: bool = True  # False: no gain (LayerRoPE supplies it)
 
   @nn.compact
   def __call__(self, x):
     d = x.shape[-1]
     x32 = x.astype(jnp.float32)
-    y = x32 * jnp.reciprocal(jnp.sqrt(jnp.square(x32).mean(-1, keepdims=True) + self.eps))
-    return (y * _param(self, 'scale', nn.initializers.ones, d, self.axis)).astype(x.dtype)
+    y = x32 * jnp.reciprocal(_rms(x32, self.eps))
+    if self.use_scale:
+      y = y * _param(self, 'scale', nn.initializers.ones, d, self.axis)
+    return y.astype(x.dtype)
 
 
-NORMS = {'layernorm': LayerNorm, 'rmsnorm': RMSNorm}
+class ScaleNorm(nn.Module):
+  """ScaleNorm (Nguyen & Salazar 2019): g * x / max(||x||_2, eps); scalar g starts at sqrt(d)."""
+  eps: float = 1e-5
+  axis: str = 'embed'
+
+  @nn.compact
+  def __call__(self, x):
+    x32 = x.astype(jnp.float32)
+    g = _scalar(self, 'scale', math.sqrt(x.shape[-1]))
+    norm = jnp.sqrt(jnp.sum(jnp.square(x32), -1, keepdims=True))
+    return (g * x32 / jnp.maximum(norm, self.eps)).astype(x.dtype)
 
 
-def make_norm(cfg, name: str, axis: str = 'embed') -> nn.Module:
-  """Builds the configured norm (cfg is the model config) as a submodule called `name`."""
-  return NORMS[cfg.norm](eps=cfg.norm_eps, axis=axis, name=name)
+class DyT(nn.Module):
+  """DyT (Zhu et al. 2025): g * tanh(alpha * x) + b; scalar alpha starts at alpha0.
+
+  Keeps the bias b of the general form (the LLaMA variant drops it).
+  """
+  alpha0: float = 1.0
+  axis: str = 'embed'
+
+  @nn.compact
+  def __call__(self, x):
+    d = x.shape[-1]
+    y = jnp.tanh(_scalar(self, 'alpha', self.alpha0) * x.astype(jnp.float32))
+    y = y * _param(self, 'scale', nn.initializers.ones, d, self.axis)
+    return (y + _param(self, 'bias', nn.initializers.zeros, d, self.axis)).astype(x.dtype)
+
+
+class Derf(nn.Module):
+  """Derf (Chen et al. 2025): g * erf(alpha * x + s) + b; alpha starts at alpha0, s at 0."""
+  alpha0: float = 1.0
+  axis: str = 'embed'
+
+  @nn.compact
+  def __call__(self, x):
+    d = x.shape[-1]
+    z = _scalar(self, 'alpha', self.alpha0) * x.astype(jnp.float32) + _scalar(self, 'shift', 0.0)
+    y = jax.scipy.special.erf(z) * _param(self, 'scale', nn.initializers.ones, d, self.axis)
+    return (y + _param(self, 'bias', nn.initializers.zeros, d, self.axis)).astype(x.dtype)
+
+
+class BHyT(nn.Module):
+  """BHyT-star (Byun et al. 2026), exact per-norm statistics:
+  g * tanh(lambda * x / (kappa * sqrt(mean(x^2) + 1e-6))); lambda starts at alpha0."""
+  alpha0: float = 2.0
+  kappa: float = 10.0
+  axis: str = 'embed'
+
+  @nn.compact
+  def __call__(self, x):
+    x32 = x.astype(jnp.float32)
+    lam = _scalar(self, 'lambda', self.alpha0)
+    y = jnp.tanh(lam * x32 / (self.kappa * _rms(x32, 1e-6)))
+    return (y * _param(self, 'scale', nn.initializers.ones, x.shape[-1], self.axis)).astype(x.dtype)
+
+
+class SeeDNorm(nn.Module):
+  """SeeDNorm (Cai et al. 2025): [tanh(x . beta) * alpha + g] * x / RMS(x).
+
+  UNVERIFIED inits (no official code): g = 1, alpha = 1, beta = 0, so the norm is
+  RMSNorm at init and both alpha and beta receive gradient.
+  """
+  eps: float = 1e-5
+  axis: str = 'embed'
+
+  @nn.compact
+  def __call__(self, x):
+    d = x.shape[-1]
+    x32 = x.astype(jnp.float32)
+    beta = _param(self, 'beta', nn.initializers.zeros, d, self.axis)
+    alpha = _param(self, 'alpha', nn.initializers.ones, d, self.axis)
+    gain = jnp.tanh(x32 @ beta)[..., None] * alpha + _param(self, 'scale', nn.initializers.ones,
+                                                              d, self.axis)
+    return (gain * x32 / _rms(x32, self.eps)).astype(x.dtype)
+
+
+class Identity(nn.Module):
+  """No norm (norm-free studies): returns x."""
+  axis: str = 'embed'
+
+  def __call__(self, x):
+    return x
+
+
+NORMS = {'layernorm': LayerNorm, 'rmsnorm': RMSNorm, 'scalenorm': ScaleNorm, 'dyt': DyT,
+         'derf': Derf, 'bhyt': BHyT, 'seednorm': SeeDNorm, 'none': Identity}
+POSITIONS = ('attn', 'mlp', 'final')
+EMBED_SCALED = ('dyt', 'derf')  # norm-free functions that scale the embedding by s0 = sqrt(D)
+
+
+def _alpha0(cfg, position: str) -> float:
+  if cfg.norm == 'bhyt':
+    return cfg.bhyt_lambda_in if position == 'attn' else cfg.bhyt_lambda_post
+  return {'attn': cfg.norm_alpha_attn, 'mlp': cfg.norm_alpha_mlp,
+          'final': cfg.norm_alpha_final}[position]
+
+
+def make_norm(cfg, name: str, axis: str = 'embed', position: str = 'attn',
+              use_scale: bool = True) -> nn.Module:
+  """Builds the configured norm (cfg is the model config) as a submodule called `name`.
+
+  BHyT's final norm stays RMSNorm (lambda_last = 0 in the authors' sweeps).
+  """
+  kind = 'rmsnorm' if cfg.norm == 'bhyt' and position == 'final' else cfg.norm
+  if kind in ('layernorm', 'rmsnorm'):
+    return NORMS[kind](eps=cfg.norm_eps, axis=axis, use_scale=use_scale, name=name)
+  if kind in ('scalenorm', 'seednorm'):
+    return NORMS[kind](eps=cfg.norm_eps, axis=axis, name=name)
+  if kind == 'bhyt':
+    return BHyT(alpha0=_alpha0(cfg, position), kappa=cfg.bhyt_kappa, axis=axis, name=name)
+  if kind in ('dyt', 'derf'):
+    return NORMS[kind](alpha0=_alpha0(cfg, position), axis=axis, name=name)
+  return Identity(axis=axis, name=name)
+
+
+def rms_norm(cfg, name: str, axis: str) -> nn.Module:
+  """An RMSNorm whatever model.norm is (QK-norm, SimpleNorm, HybridNorm's QKV norm)."""
+  return RMSNorm(eps=cfg.norm_eps, axis=axis, name=name)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import jax
 import optax
 
+from depthscale import ngpt
 from depthscale.model import EMBEDDING_PARAMS
 
 
@@ -52,8 +53,12 @@ def decay_mask(cfg, params):
 
 
 def make_optimizer(cfg) -> optax.GradientTransformation:
-  """optax chain: clip by global norm, then AdamW with the schedule and decay mask."""
+  """optax chain: clip by global norm, then AdamW with the schedule and decay mask (then
+  nGPT's weight re-normalization)."""
   o = cfg.optim
   adamw = optax.adamw(schedule(cfg), b1=o.b1, b2=o.b2, eps=o.eps, weight_decay=o.weight_decay,
                       mask=lambda params: decay_mask(cfg, params))
-  return optax.chain(optax.clip_by_global_norm(o.clip_norm), adamw) if o.clip_norm else adamw
+  tx = optax.chain(optax.clip_by_global_norm(o.clip_norm), adamw) if o.clip_norm else adamw
+  if cfg.model.block == 'ngpt':  # nGPT: weights back onto the unit sphere after every step
+    tx = optax.chain(tx, ngpt.renormalize())
+  return tx

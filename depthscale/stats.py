@@ -10,6 +10,7 @@ from __future__ import annotations
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 LAYER_STATS = ('act_var', 'act_rms', 'update_ratio', 'attn_contrib', 'mlp_contrib',
                'cos_in_out', 'attn_cos', 'mlp_cos', 'update_cos', 'max_abs_act', 'kurtosis')
@@ -100,14 +101,15 @@ def saturation_per_layer(intermediates) -> dict[str, jax.Array]:
   return {'saturation': sum(found) / len(found)} if found else {}
 
 
-def attention_entropy(q_BxTxHxE, k_BxTxKxE) -> jax.Array:
+def attention_entropy(q_BxTxHxE, k_BxTxKxE, scale: float | None = None) -> jax.Array:
   """Per head H: mean over batch and query positions i of -sum_{j<=i} a_ij ln a_ij,
-  with a the causal softmax attention probabilities (explicit; analysis path only)."""
+  with a the causal softmax attention probabilities (explicit; analysis path only).
+  scale: the softmax scale the model uses (None = 1/sqrt(E))."""
   h, kh = q_BxTxHxE.shape[2], k_BxTxKxE.shape[2]
   k_BxTxHxE = jnp.repeat(k_BxTxKxE, h // kh, axis=2)
   q = q_BxTxHxE.astype(jnp.float32)
-  logits_BxHxTxT = jnp.einsum('bihe,bjhe->bhij', q, k_BxTxHxE.astype(jnp.float32)) / jnp.sqrt(
-      float(q.shape[-1]))
+  scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
+  logits_BxHxTxT = jnp.einsum('bihe,bjhe->bhij', q, k_BxTxHxE.astype(jnp.float32)) * scale
   t = q.shape[1]
   causal_TxT = jnp.tril(jnp.ones((t, t), bool))
   logp = jax.nn.log_softmax(jnp.where(causal_TxT, logits_BxHxTxT, -jnp.inf), axis=-1)

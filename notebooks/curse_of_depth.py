@@ -56,7 +56,7 @@ from depthscale.experiment import run_ladder
 SIZE = 'smoke' if notebook.smoke() else 'cpu'  # 'paper': the full-size ladder (accelerator)
 OUT = notebook.outputs('curse_of_depth')
 LADDER = f'{OUT}/runs_{SIZE}'
-rows = run_ladder(f'../experiments/curse_of_depth.py:{SIZE}', LADDER)
+rows = run_ladder(f'../experiments/repro_curse_of_depth.py:{SIZE}', LADDER)
 res = results.load(LADDER)
 layers = res.layers
 rungs = sorted(layers.rung.unique())

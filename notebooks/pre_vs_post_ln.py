@@ -56,7 +56,7 @@ from depthscale.experiment import resolve, run_ladder
 
 SIZE = 'smoke' if notebook.smoke() else 'cpu'  # 'paper': the full-size ladder (accelerator)
 OUT = notebook.outputs('pre_vs_post_ln')
-EXPERIMENT = f'../experiments/pre_vs_post_ln.py:{SIZE}'
+EXPERIMENT = f'../experiments/repro_pre_vs_post_ln.py:{SIZE}'
 LADDER = f'{OUT}/runs_{SIZE}'
 rows = run_ladder(EXPERIMENT, LADDER)
 layers = results.load(LADDER).layers
@@ -150,7 +150,7 @@ for v in variants:
 
 # %%
 DEEP = f'{OUT}/runs_deep_{SIZE}'
-deep_rows = run_ladder(f'../experiments/pre_vs_post_ln.py:deep_{SIZE}', DEEP)
+deep_rows = run_ladder(f'../experiments/repro_pre_vs_post_ln.py:deep_{SIZE}', DEEP)
 deep_groups = notebook.by_variant(r['rung'] for r in deep_rows)
 notebook.save(plot_loss_curves(DEEP, deep_groups, f'L{deep_rows[0]["L"]}, d{deep_rows[0]["D"]}'),
               OUT, 'deep_loss_curves')

@@ -49,7 +49,7 @@ from depthscale.experiment import resolve, run_ladder
 
 SIZE = 'smoke' if notebook.smoke() else 'cpu'  # 'paper': the full-size ladder (accelerator)
 OUT = notebook.outputs('width_depth_ladder')
-EXPERIMENT = f'../experiments/width_depth_ladder.py:{SIZE}'
+EXPERIMENT = f'../experiments/repro_width_depth_ladder.py:{SIZE}'
 LADDER = f'{OUT}/runs_{SIZE}'
 rows = run_ladder(EXPERIMENT, LADDER)
 shape = {r.name: (cfg.model.d_model, cfg.model.num_layers) for r, cfg in resolve(EXPERIMENT)}

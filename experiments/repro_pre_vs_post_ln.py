@@ -4,7 +4,7 @@ profiles at init differ by norm placement. Backs notebooks/pre_vs_post_ln.py.
 
 Run (arg = smoke | cpu | paper, or deep_smoke | deep_cpu | deep_paper for the very deep,
 tiny-width ladder of every placement; default cpu):
-  python -m depthscale.main --config=experiments/pre_vs_post_ln.py:cpu --workdir=runs/pre_vs_post_ln
+  python -m depthscale.main --config=experiments/repro_pre_vs_post_ln.py:cpu --workdir=runs/pre_vs_post_ln
 
 Runtime: see notebooks/pre_vs_post_ln.py and the README (cpu: L12 d64, 200 steps per rung).
 Expected result (measured, cpu): Post-LN without warmup stays at the unigram entropy

@@ -3,7 +3,7 @@ at small scale and short training, deeper-narrower Pre-LN models are worse. Back
 notebooks/width_depth_ladder.py.
 
 Run (arg = smoke | cpu | paper; default cpu):
-  python -m depthscale.main --config=experiments/width_depth_ladder.py:cpu --workdir=runs/width_depth
+  python -m depthscale.main --config=experiments/repro_width_depth_ladder.py:cpu --workdir=runs/width_depth
 
 Runtime: see notebooks/width_depth_ladder.py and the README (cpu: Pre-LN at 3 shapes x 3
 seeds, Hyper-Connections, AttnRes and DenseFormer at 3 shapes x 1 seed, 300 steps).

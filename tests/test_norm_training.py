@@ -1,0 +1,91 @@
+"""Every normalization method trains 20 steps on the embedded data with a finite loss,
+and its scanned model equals the Python loop over blocks (every placement).
+
+The cases combine modifiers and norm functions with placements, so each method appears
+at least once with one compile per case.
+"""
+
+import functools
+
+import jax
+import numpy as np
+import pytest
+
+from depthscale import blocks, data, norms
+from depthscale.config import validate
+from depthscale.model import apply_unrolled, make_model
+from depthscale.optim import make_optimizer, schedule
+from depthscale.steps import init_state, make_train_step
+from tests.norm_cases import small_config, tokens
+
+CASES = {
+    'post_ln': dict(block='post_ln', norm='scalenorm', gpas=True, fix_norm=True),
+    'pre_ln': dict(block='pre_ln', norm='rmsnorm', ln_scaling=True, qk_norm='full'),
+    'peri_ln': dict(block='peri_ln', norm='dyt', peri_embed_norm=True, gpas=True,
+                    gpas_share_per_block=False),
+    'sandwich_ln': dict(block='sandwich_ln', norm='derf', ln_scaling=True, qk_norm='per_head'),
+    'mix_ln': dict(block='mix_ln', mix_ln_alpha=0.5, norm='rmsnorm', ln_scaling=True, gpas=True),
+    'deepnorm': dict(block='deepnorm', qk_norm='l2_learned_scale'),
+    'sub_ln': dict(block='sub_ln', mlp='swiglu'),
+    'normformer': dict(block='normformer', norm='bhyt'),
+    'normformer_code': dict(block='normformer', normformer_head_scale='code',
+                            normformer_resid_scale=True),
+    'hybridnorm': dict(block='hybridnorm', norm='rmsnorm'),
+    'hybridnorm_star': dict(block='hybridnorm_star', norm='seednorm'),
+    'keel': dict(block='keel', norm='rmsnorm', keel_alpha='blocks'),
+    'ngpt': dict(block='ngpt', mlp='swiglu', tie_embeddings=False),
+    'simple_norm': dict(block='simple_norm', norm='rmsnorm'),
+    'layer_rope': dict(block='pre_ln', layer_rope=True),
+    'norm_free': dict(block='pre_ln', norm='none'),
+}
+STEPS = 20
+
+
+def test_cases_cover_every_method():
+  used = lambda field: {c.get(field) for c in CASES.values()}
+  assert set(blocks.PLACEMENTS) <= used('block')
+  assert set(norms.NORMS) - {'layernorm'} <= used('norm')  # layernorm: the default
+  assert {'full', 'per_head', 'l2_learned_scale'} <= used('qk_norm')
+  assert all(True in used(f) for f in ('ln_scaling', 'gpas', 'layer_rope', 'fix_norm',
+                                       'peri_embed_norm', 'normformer_resid_scale'))
+
+
+@functools.lru_cache(maxsize=None)
+def trained(case: str):
+  """(model, initial params, params after STEPS steps, losses) of a case."""
+  cfg = small_config(**CASES[case])
+  cfg.train.steps = STEPS
+  validate(cfg)
+  model, tx = make_model(cfg), make_optimizer(cfg)
+  state = init_state(model, tx, 0, cfg.data.seq_len)
+  init_params = state['params']
+  step = jax.jit(make_train_step(model, tx, schedule(cfg)))
+  batches = data.eval_batches(cfg.data, 0, 4)
+  losses = []
+  for s in range(STEPS):
+    state, out = step(state, batches[s % len(batches)])
+    losses.append(float(out['loss']))
+  return model, init_params, state['params'], losses
+
+
+@pytest.mark.parametrize('case', list(CASES))
+def test_trains_with_finite_loss_and_scan_equals_unrolled(case):
+  model, init_params, _, losses = trained(case)
+  assert np.all(np.isfinite(losses)), losses
+  assert min(losses[-5:]) < losses[0]
+  toks = tokens(small_config())
+  scanned, _ = model.apply({'params': init_params}, toks)
+  np.testing.assert_allclose(scanned, apply_unrolled(model, init_params, toks),
+                             rtol=1e-5, atol=1e-5)
+
+
+def test_ngpt_weights_stay_on_the_unit_sphere_after_steps():
+  _, init_params, params, _ = trained('ngpt')
+  for p in (init_params, params):
+    unit = {'embedding': (p['embedding'], -1), 'head': (p['head'], 0),
+            'q': (p['blocks']['attn']['q'], 1), 'kv': (p['blocks']['attn']['kv'], 1),
+            'o': (p['blocks']['attn']['o'], -1), 'wi': (p['blocks']['mlp']['wi'], 1),
+            'wo': (p['blocks']['mlp']['wo'], -1)}
+    for name, (w, axis) in unit.items():
+      np.testing.assert_allclose(np.linalg.norm(w, axis=axis), 1.0, atol=1e-5, err_msg=name)
+  assert not np.allclose(params['blocks']['attn']['q'], init_params['blocks']['attn']['q'])
