@@ -12,6 +12,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from depthscale.stats import record_saturation
+
 
 def _param(module: nn.Module, name: str, init, size: int, axis: str):
   return module.param(name, nn.with_logical_partitioning(init, (axis,)), (size,), jnp.float32)
@@ -91,8 +93,9 @@ class DyT(nn.Module):
   @nn.compact
   def __call__(self, x):
     d = x.shape[-1]
-    y = jnp.tanh(_scalar(self, 'alpha', self.alpha0) * x.astype(jnp.float32))
-    y = y * _param(self, 'scale', nn.initializers.ones, d, self.axis)
+    u = jnp.tanh(_scalar(self, 'alpha', self.alpha0) * x.astype(jnp.float32))
+    record_saturation(self, u)
+    y = u * _param(self, 'scale', nn.initializers.ones, d, self.axis)
     return (y + _param(self, 'bias', nn.initializers.zeros, d, self.axis)).astype(x.dtype)
 
 
@@ -105,7 +108,9 @@ class Derf(nn.Module):
   def __call__(self, x):
     d = x.shape[-1]
     z = _scalar(self, 'alpha', self.alpha0) * x.astype(jnp.float32) + _scalar(self, 'shift', 0.0)
-    y = jax.scipy.special.erf(z) * _param(self, 'scale', nn.initializers.ones, d, self.axis)
+    u = jax.scipy.special.erf(z)
+    record_saturation(self, u)
+    y = u * _param(self, 'scale', nn.initializers.ones, d, self.axis)
     return (y + _param(self, 'bias', nn.initializers.zeros, d, self.axis)).astype(x.dtype)
 
 

@@ -1,5 +1,6 @@
 """Helpers of the paper notebooks (notebooks/*.py): the smoke switch, output folders,
-per-layer profiles from `depthscale.results.load(DIR).layers`, and figure saving."""
+per-layer profiles from `depthscale.results.load(DIR).layers`, gradient norms at init
+without a training run, and figure saving."""
 
 from __future__ import annotations
 
@@ -33,6 +34,31 @@ def profile(layers: pd.DataFrame, rung: str, metric: str, step: int | str = 'las
     raise KeyError(f'no {metric!r} logged for rung {rung!r}')
   at = {'first': df.step.min(), 'last': df.step.max()}.get(step, step)
   return df[df.step == at].sort_values('layer').value.to_numpy()
+
+
+def init_grad_norms(cfg, seeds: list[int] | None = None) -> np.ndarray:
+  """Per-block gradient norms at init on the first training batch, one row per seed
+  (default cfg.train.seed), block 1 first: the `grad_norm` of a run's step-0 record, for
+  one compile instead of a training run per seed."""
+  import jax  # pylint: disable=import-outside-toplevel
+  import optax  # pylint: disable=import-outside-toplevel
+  from depthscale import data  # pylint: disable=import-outside-toplevel
+  from depthscale.model import make_model  # pylint: disable=import-outside-toplevel
+  from depthscale.stats import per_layer_norm  # pylint: disable=import-outside-toplevel
+  from depthscale.steps import init_state, weighted_loss  # pylint: disable=import-outside-toplevel
+  model = make_model(cfg)
+
+  @jax.jit
+  def grad_norms(params, batch):
+    loss = lambda p: weighted_loss(model.apply({'params': p}, batch['inputs'])[0], batch)
+    return per_layer_norm(jax.grad(loss)(params)['blocks'])
+
+  init = jax.jit(init_state, static_argnums=(0, 1, 3))
+  rows = []
+  for seed in seeds if seeds is not None else [cfg.train.seed]:
+    params = init(model, optax.identity(), seed, cfg.data.seq_len)['params']
+    rows.append(np.asarray(grad_norms(params, next(data.train_iterator(cfg.data, seed)))))
+  return np.stack(rows)
 
 
 def variant(rung: str) -> str:

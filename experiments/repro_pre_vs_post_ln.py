@@ -7,8 +7,8 @@ tiny-width ladder of every placement; default cpu):
   python -m depthscale.main --config=experiments/repro_pre_vs_post_ln.py:cpu --workdir=runs/pre_vs_post_ln
 
 Runtime: see notebooks/pre_vs_post_ln.py and the README (cpu: L12 d64, 200 steps per rung).
-Expected result (measured, cpu): Post-LN without warmup stays at the unigram entropy
-(a plateau, not a NaN); Pre-LN and Post-LN with warmup train.
+Expected result (measured, cpu): Post-LN without warmup plateaus (not a NaN) far above
+Pre-LN; the fixes (warmup, DeepNorm, Keel, Mix-LN) are reported in the notebook.
 """
 
 from depthscale.config import default_config
@@ -20,7 +20,7 @@ SIZES = {
     'cpu': (12, 64, 2, 64, 16, 200, 3, 10),
     'paper': (6, 512, 8, 256, 256, 100000, 1, 500),  # ~Transformer-base decoder, IWSLT-like scale
     # very deep and tiny: which placements still train (lr 1e-3 with a 10% warmup)
-    'deep_smoke': (32, 16, 1, 32, 8, 30, 1, 10),
+    'deep_smoke': (16, 16, 1, 32, 8, 20, 1, 10),
     'deep_cpu': (256, 16, 1, 32, 16, 200, 1, 20),
     'deep_paper': (1000, 512, 8, 256, 256, 50000, 1, 500),  # DeepNet's 1,000 layers
 }
@@ -28,7 +28,13 @@ PLACEMENTS = {
     'post_ln': {'model.block': 'post_ln'},
     'pre_ln': {'model.block': 'pre_ln'},
 }
-WARMUP = {'post_ln_warmup': {'model.block': 'post_ln', 'optim.warmup_steps': 50}}
+FIXES = {  # not in the smoke ladder
+    'post_ln_warmup': {'model.block': 'post_ln', 'optim.warmup_steps': 50},
+    'deepnorm': {'model.block': 'deepnorm'},  # brings its own Xavier init, gain (8L)^-1/4
+    'keel': {'model.block': 'keel'},
+    'mix_ln': {'model.block': 'mix_ln'},
+}
+DEEP = ('post_ln', 'pre_ln', 'mix_ln', 'deepnorm', 'keel', 'peri_ln')  # smoke: the first two
 
 
 def get_config(arg: str | None = None):
@@ -49,6 +55,9 @@ def get_config(arg: str | None = None):
 
 
 def get_ladder(arg: str | None = None):
-  seeds = SIZES[arg or 'cpu'][6]
-  variants = PLACEMENTS if (arg or '').startswith('deep') else {**PLACEMENTS, **WARMUP}
-  return cross(variants, [Rung(f's{s}', {'train.seed': s}) for s in range(seeds)])
+  arg = arg or 'cpu'
+  seeds = [Rung(f's{s}', {'train.seed': s}) for s in range(SIZES[arg][6])]
+  if arg.startswith('deep'):
+    names = DEEP[:2] if arg == 'deep_smoke' else DEEP
+    return cross({n: {'model.block': n} for n in names}, seeds)
+  return cross(PLACEMENTS if arg == 'smoke' else {**PLACEMENTS, **FIXES}, seeds)

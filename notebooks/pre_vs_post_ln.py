@@ -67,27 +67,28 @@ print('variants:', variants, '| seeds per variant:', len(seeds[variants[0]]))
 
 # %% [markdown]
 # ## 1. Gradient-norm profiles at init
-# The step-0 record of `layer_metrics.jsonl` is taken before the first update: `grad_norm`
-# is the L2 norm of the gradient of all parameters of block l at init.
+# `grad_norm`: the L2 norm of the gradient of all parameters of block l, on the first
+# training batch, before any update (`notebook.init_grad_norms` computes exactly the
+# step-0 record of a run's `layer_metrics.jsonl`, for one compile per placement). Every
+# placement, 3 seeds each, at this ladder's shape (L 12, d 64) and Xavier-scale init.
 
 # %%
+INIT_PLACEMENTS = ('post_ln', 'pre_ln', 'peri_ln', 'mix_ln', 'deepnorm', 'keel')
+(_, cfg), *_ = resolve(EXPERIMENT)
+init_grads = {p: notebook.init_grad_norms(resolve(EXPERIMENT, {'model.block': p})[0][1], [0, 1, 2])
+              for p in INIT_PLACEMENTS}
 fig, ax = plt.subplots(figsize=(5.5, 3.8))
-for v in variants:
-  prof = notebook.profile(layers, seeds[v][0], 'grad_norm', 'first')
-  ax.semilogy(np.arange(1, len(prof) + 1), prof, marker='o', label=v)
+for i, (p, g) in enumerate(init_grads.items()):
+  for j, row in enumerate(g):
+    ax.semilogy(np.arange(1, len(row) + 1), row, marker='o', ms=3, color=f'C{i}',
+                label=p if j == 0 else None)
 ax.set(xlabel='block l', ylabel='||grad of block l||', title='gradient norm per block at init')
-ax.legend()
+ax.legend(fontsize=8)
 notebook.save(fig, OUT, 'grad_norm_at_init')
 
-
-def init_slope(rung: str) -> float:
-  g = notebook.profile(layers, rung, 'grad_norm', 'first')
-  return g[-1] / g[0]
-
-
-slopes = {v: [init_slope(r) for r in seeds[v]] for v in variants}
-for v in variants:
-  print(f'{v:>16}: grad norm at init, last block / first block {notebook.mean_std(slopes[v])}')
+slopes = {p: list(g[:, -1] / g[:, 0]) for p, g in init_grads.items()}
+for p in INIT_PLACEMENTS:
+  print(f'{p:>10}: grad norm at init, last block / first block {notebook.mean_std(slopes[p])}')
 
 # %% [markdown]
 # ## 2. Training without warmup: the Post-LN stall
@@ -95,7 +96,6 @@ for v in variants:
 # that predicts token frequencies and ignores the context.
 
 # %%
-(_, cfg), *_ = resolve(EXPERIMENT)
 targets = np.concatenate([b['targets'][b['weights'] > 0]
                           for b in data.eval_batches(cfg.data, 0, 32)])
 freq = np.bincount(targets) / len(targets)
