@@ -51,6 +51,11 @@ def default_config() -> ConfigDict:
   m.mlp = 'gelu'  # 'gelu' (2 matrices) or 'swiglu' (3 matrices)
   m.tie_embeddings = True  # LM head shares the token embedding
   m.init_std = 0.02  # std of the normal init of every matrix
+  m.init = 'normal'  # init scheme: see depthscale.parametrization.INITS
+  m.parametrization = 'standard'  # 'standard', 'mup', 'depth_mup', 'completep'
+  m.base_d_model = 0  # muP base width (0 = d_model: m_N = 1)
+  m.base_num_layers = 0  # depth-muP / CompleteP base depth (0 = num_layers: m_L = 1)
+  m.output_mult = 1.0  # alpha_out: logits multiplier (divided by m_N under the muP family)
   m.dtype = 'float32'  # compute dtype; params and optimizer state stay float32
   m.remat = 'none'  # a jax.checkpoint_policies name, or 'none'
   m.residual = 'standard'  # residual-stream design: see depthscale.residual.DESIGNS
@@ -94,6 +99,16 @@ def default_config() -> ConfigDict:
   o.b1 = 0.9
   o.b2 = 0.95
   o.eps = 1e-8
+  o.qk_slow_factor = 1.0  # LR factor c on W_Q, W_K of the upper layers early on (1 = off)
+  o.qk_slow_from_layer = 0  # first (1-based) slowed layer (0 = num_layers // 2 + 1)
+  o.qk_slow_steps = 0  # steps at factor c before the ramp
+  o.qk_slow_ramp = 0  # steps of the linear ramp from c back to 1
+  o.llr = False  # LLR: per-module LR multipliers from heavy-tail ESD exponents
+  o.llr_min = 1.0  # LLR: multiplier of the heaviest-tailed module
+  o.llr_max = 3.0  # LLR: multiplier of the lightest-tailed module (and embedding, head)
+  o.llr_every = 40  # LLR: steps between recomputations
+  o.llr_transition_steps = 20  # LLR: steps of the linear move to new targets
+  o.llr_fraction = 0.2  # LLR: recompute only while step <= fraction * train.steps
 
   t = c.train = ConfigDict()
   t.steps = 200  # optimizer steps
@@ -102,6 +117,13 @@ def default_config() -> ConfigDict:
   t.eval_every = 100  # steps between evaluations (and at the end)
   t.checkpoint_every = 100  # steps between checkpoints (and at the end)
   t.keep_checkpoints = 2  # checkpoints kept on disk
+  t.prores = 'none'  # ProRes schedule: see depthscale.dynamics.PRORES
+  t.prores_warmup_steps = 0  # ProRes W: total warmup steps (layer l done at ~W l / L)
+  t.prores_value = 'zero'  # ProRes stagewise floor / fix constant: zero, inv_L, inv_sqrt_L, inv_sqrt_l
+  t.layerdrop = 0.0  # LayerDrop p: skip each block with probability p per batch
+  t.layerskip_p_max = 0.0  # LayerSkip per-sample layer-dropout rate of the last block (0 = off)
+  t.layerskip_curriculum = 'exp'  # LayerSkip time curriculum: 'exp' (from scratch) or 'none'
+  t.early_exit_scale = 0.0  # LayerSkip early-exit loss e_scale (0 = off)
 
   a = c.metrics = ConfigDict()
   a.analysis_every = 100  # steps between per-layer analyses (depthscale.analysis), 0 = off; also at the last step
@@ -178,6 +200,45 @@ def check_norm_methods(m: ConfigDict) -> None:
             'False with model.block=ngpt (its embedding rows are unit already)')
 
 
+def _validate_params_dynamics(cfg: ConfigDict) -> None:
+  """Parametrization, init and training-dynamics fields."""
+  from depthscale import dynamics, parametrization  # pylint: disable=import-outside-toplevel
+  m, t, o = cfg.model, cfg.train, cfg.optim
+  check_choice('model.parametrization', m.parametrization, parametrization.PARAMETRIZATIONS)
+  check_choice('model.init', m.init, parametrization.INITS)
+  for f in ('base_d_model', 'base_num_layers'):
+    if m[f] < 0:
+      _fail(f'model.{f}', m[f], '0 (the model itself) or a positive size')
+  if m.init == 'deepscalelm' and m.block not in ('pre_ln', 'post_ln'):
+    _fail('model.block', m.block, "pre_ln or post_ln with model.init='deepscalelm'")
+  if m.init == 'deepscalelm' and (m.residual != 'standard' or m.parallel_block != 'none'):
+    _fail('model.init', m.init, "not 'deepscalelm' with a non-standard model.residual or a "
+          'parallel block')
+  check_choice('train.prores', t.prores, dynamics.PRORES)
+  check_choice('train.prores_value', t.prores_value, dynamics.PRORES_VALUES)
+  if t.prores != 'none' and t.prores_warmup_steps < m.num_layers:
+    _fail('train.prores_warmup_steps', t.prores_warmup_steps,
+          f'at least model.num_layers={m.num_layers} when train.prores is set')
+  if t.prores == 'fix' and t.prores_value == 'zero':
+    _fail('train.prores_value', t.prores_value, "inv_L, inv_sqrt_L or inv_sqrt_l with train.prores='fix'")
+  check_choice('train.layerskip_curriculum', t.layerskip_curriculum, dynamics.LAYERSKIP_CURRICULA)
+  for f in ('layerdrop', 'layerskip_p_max'):
+    if not 0 <= t[f] < 1:
+      _fail(f'train.{f}', t[f], 'a number in [0, 1)')
+  if t.early_exit_scale < 0:
+    _fail('train.early_exit_scale', t.early_exit_scale, 'a non-negative number')
+  if not 0 < o.qk_slow_factor:
+    _fail('optim.qk_slow_factor', o.qk_slow_factor, 'a positive number (1 = off)')
+  for f in ('qk_slow_from_layer', 'qk_slow_steps', 'qk_slow_ramp'):
+    if o[f] < 0:
+      _fail(f'optim.{f}', o[f], 'a non-negative integer')
+  if not 0 < o.llr_min <= o.llr_max:
+    _fail('optim.llr_min', o.llr_min, f'a positive number <= optim.llr_max={o.llr_max}')
+  check_positive(cfg, ['optim.llr_every'])
+  if not 0 <= o.llr_fraction <= 1:
+    _fail('optim.llr_fraction', o.llr_fraction, 'a number in [0, 1]')
+
+
 def validate_residual(m: ConfigDict) -> None:
   """Checks the residual-design fields of the model config."""
   from depthscale import residual  # pylint: disable=import-outside-toplevel
@@ -243,6 +304,7 @@ def validate(cfg: ConfigDict) -> None:
   if cfg.metrics.analysis_batch_size > cfg.data.batch_size:
     _fail('metrics.analysis_batch_size', cfg.metrics.analysis_batch_size,
           f'1..data.batch_size={cfg.data.batch_size}')
+  _validate_params_dynamics(cfg)
   for f in ('data', 'fsdp', 'tensor'):
     if cfg.mesh[f] == 0 or cfg.mesh[f] < -1:
       _fail(f'mesh.{f}', cfg.mesh[f], '-1 or a positive axis size')

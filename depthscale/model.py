@@ -7,6 +7,7 @@ F MLP width, V vocab, L layers. Every parameter carries logical axis names
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import flax.linen as nn
@@ -16,7 +17,8 @@ import ml_collections
 import numpy as np
 
 from depthscale import inner_norms, layer_rope, ngpt, residual
-from depthscale.blocks import PLACEMENTS, layer_schedule, sublayer_factory
+from depthscale import parametrization as pz
+from depthscale.blocks import PLACEMENTS, base_init, layer_schedule, sublayer_factory
 from depthscale.norms import EMBED_SCALED, l2_normalize, make_norm
 from depthscale.stats import attention_entropy, block_stats
 
@@ -38,9 +40,16 @@ def _dense_param(module: nn.Module, name: str, shape, axes, std):
   return module.param(name, nn.with_logical_partitioning(init, axes), shape, jnp.float32)
 
 
-def _std(cfg, role: str, fan_in: int, fan_out: int) -> float:
-  """Init std of a matrix, from the placement's init rule."""
-  return PLACEMENTS[cfg.block].init(cfg, role, fan_in, fan_out)
+PZ_NAMES = {'gate': 'wi', 'up': 'wi', 'down': 'wo'}  # placement roles -> parametrization names
+
+
+def _std(cfg, role: str, fan_in: int, fan_out: int, index=None):
+  """Init std of a matrix: the placement's own rule where it has one (DeepNorm, Sub-LN,
+  HybridNorm, SimpleGPT), else model.init under model.parametrization."""
+  init = PLACEMENTS[cfg.block].init
+  if init is not base_init:
+    return init(cfg, role, fan_in, fan_out)
+  return pz.init_std(cfg, PZ_NAMES.get(role, role), fan_in, fan_out, index)
 
 
 def constrain(x, *names: str | None):
@@ -64,17 +73,17 @@ class Attention(nn.Module):
   cfg: Any
 
   @nn.compact
-  def __call__(self, x_BxTxD, mix_values=None):
+  def __call__(self, x_BxTxD, mix_values=None, index=None):
     """mix_values(v_BxTxKxE, x_BxTxD) -> v_BxTxKxE: the value-residual hook (or None)."""
     cfg = self.cfg
     dt = jnp.dtype(cfg.dtype)
     h, k = cfg.num_heads, cfg.num_kv_heads or cfg.num_heads
     e = cfg.d_model // h
     d = cfg.d_model
-    wq = _dense_param(self, 'q', (d, h, e), ('embed', 'heads', 'kv'), _std(cfg, 'q', d, h * e))
-    std_kv = np.array([_std(cfg, r, d, k * e) for r in ('k', 'v')]).reshape(2, 1, 1)
+    wq = _dense_param(self, 'q', (d, h, e), ('embed', 'heads', 'kv'), _std(cfg, 'q', d, h * e, index))
+    std_kv = jnp.stack([jnp.asarray(_std(cfg, r, d, k * e, index)) for r in ('k', 'v')]).reshape(2, 1, 1)
     wkv = _dense_param(self, 'kv', (d, 2, k, e), ('embed', None, 'heads', 'kv'), std_kv)
-    wo = _dense_param(self, 'o', (h, e, d), ('heads', 'kv', 'embed'), _std(cfg, 'o', h * e, d))
+    wo = _dense_param(self, 'o', (h, e, d), ('heads', 'kv', 'embed'), _std(cfg, 'o', h * e, d, index))
     x = x_BxTxD.astype(dt)
     q_BxTxHxE = constrain(jnp.einsum('btd,dhe->bthe', x, wq.astype(dt)), 'batch', None, 'heads', 'kv')
     kv_2xBxTxKxE = jnp.einsum('btd,dcke->cbtke', x, wkv.astype(dt))
@@ -85,6 +94,7 @@ class Attention(nn.Module):
     if cfg.position == 'rope':
       q_BxTxHxE, k_BxTxKxE = rope(q_BxTxHxE, cfg.rope_base), rope(k_BxTxKxE, cfg.rope_base)
     q_BxTxHxE, k_BxTxKxE, scale = inner_norms.scores(self, cfg, q_BxTxHxE, k_BxTxKxE)
+    scale = pz.attention_scale(cfg) if scale is None else scale
     if self.is_mutable_collection('analysis'):  # explicit probabilities: analysis path only
       self.sow('analysis', 'attn_entropy', attention_entropy(q_BxTxHxE, k_BxTxKxE, scale))
     o_BxTxHxE = jax.nn.dot_product_attention(q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, scale=scale,
@@ -98,22 +108,22 @@ class Mlp(nn.Module):
   cfg: Any
 
   @nn.compact
-  def __call__(self, x_BxTxD):
+  def __call__(self, x_BxTxD, index=None):
     cfg = self.cfg
     dt = jnp.dtype(cfg.dtype)
     f, d = d_ff(cfg), cfg.d_model
     x = x_BxTxD.astype(dt)
     if cfg.mlp == 'swiglu':
-      std = np.array([_std(cfg, r, d, f) for r in ('gate', 'up')]).reshape(2, 1)
+      std = jnp.stack([jnp.asarray(_std(cfg, r, d, f, index)) for r in ('gate', 'up')]).reshape(2, 1)
       wi = _dense_param(self, 'wi', (d, 2, f), ('embed', None, 'mlp'), std)
       gate_up_BxTx2xF = inner_norms.mlp_in(self, cfg, jnp.einsum('btd,dcf->btcf', x, wi.astype(dt)))
       h_BxTxF = nn.silu(gate_up_BxTx2xF[..., 0, :]) * gate_up_BxTx2xF[..., 1, :]
       h_BxTxF = constrain(h_BxTxF, 'batch', None, 'mlp')
     else:
-      wi = _dense_param(self, 'wi', (d, f), ('embed', 'mlp'), _std(cfg, 'up', d, f))
+      wi = _dense_param(self, 'wi', (d, f), ('embed', 'mlp'), _std(cfg, 'up', d, f, index))
       pre_BxTxF = inner_norms.mlp_in(self, cfg, jnp.einsum('btd,df->btf', x, wi.astype(dt)))
       h_BxTxF = constrain(jax.nn.gelu(pre_BxTxF, approximate=True), 'batch', None, 'mlp')
-    wo = _dense_param(self, 'wo', (f, d), ('mlp', 'embed'), _std(cfg, 'down', f, d))
+    wo = _dense_param(self, 'wo', (f, d), ('mlp', 'embed'), _std(cfg, 'down', f, d, index))
     h_BxTxF = inner_norms.mlp_mid(self, cfg, h_BxTxF)
     return inner_norms.mlp_out(self, cfg, jnp.einsum('btf,fd->btd', h_BxTxF, wo.astype(dt)))
 
@@ -130,13 +140,20 @@ class Block(nn.Module):
     place, design = PLACEMENTS[cfg.block], residual.DESIGNS[cfg.residual]
     values = residual.ValueResidual(cfg, self, carry, layer) if cfg.value_residual != 'none' else None
     attn, mlp = Attention(cfg, name='attn'), Mlp(cfg, name='mlp')
+    idx = layer['index']
     make_sublayer = sublayer_factory(self, cfg, layer, carry)
-    subs = [make_sublayer('attn', lambda y: attn(y, values)), make_sublayer('mlp', mlp)]
+    subs = [make_sublayer('attn', lambda y: attn(y, values, index=idx)),
+            make_sublayer('mlp', lambda y: mlp(y, index=idx))]
+
+    def scaled(s, h):  # the branch-multiplier hook (parametrizations, ProRes, LayerDrop)
+      return dataclasses.replace(s, branch=pz.scale_branch(cfg, s.branch, h,
+                                                             layer.get('branch_mult', 1.0)))
     parts = {}  # parallel block: the two branch outputs
     if cfg.parallel_block == 'none':
-      steps = [(s.name, lambda h, s=s: place.sublayer(h, s)) for s in subs]
+      steps = [(s.name, lambda h, s=s: place.sublayer(h, scaled(s, h))) for s in subs]
     else:
-      steps = [('block', residual.parallel_step(*subs, cfg.parallel_block == 'gptj', parts))]
+      steps = [('block', residual.parallel_step(*(scaled(s, 0.0) for s in subs),
+                                                cfg.parallel_block == 'gptj', parts))]
     trace = {'x_in': design.view(carry)}  # what the recording site sees: streams and updates
     for j, (name, step) in enumerate(steps):
       k = (layer['index'] - 1) * len(steps) + j  # 0-based residual-sublayer index
@@ -149,6 +166,7 @@ class Block(nn.Module):
     if values is not None:
       carry = values.update(carry)
     trace['x_out'] = design.view(carry)
+    self.sow('intermediates', 'x_out', trace['x_out'])  # LayerSkip's early exits (when mutable)
     stats = block_stats(trace) if self.collect_stats else {}
     return carry, stats
 
@@ -158,7 +176,8 @@ def block_stack(cfg, collect_stats: bool):
   block = Block
   if cfg.remat != 'none':
     block = nn.remat(Block, policy=getattr(jax.checkpoint_policies, cfg.remat), prevent_cse=False)
-  return nn.scan(block, variable_axes={'params': 0, 'intermediates': 0}, split_rngs={'params': True},
+  return nn.scan(block, variable_axes={'params': 0, 'intermediates': 0},
+                 split_rngs={'params': True},
                  in_axes=0, length=cfg.num_layers,
                  metadata_params={nn.PARTITION_NAME: 'layers'})(cfg, collect_stats)
 
@@ -192,7 +211,8 @@ class Transformer(nn.Module):
     if cfg.block == 'ngpt':
       self.logit_scale = ngpt.logit_scale(self, v, d)
     if cfg.position == 'learned':
-      pos_init = nn.with_logical_partitioning(nn.initializers.normal(cfg.init_std), (None, 'embed'))
+      pos_init = nn.with_logical_partitioning(
+          pz.scaled_normal(pz.init_std(cfg, 'pos_embedding', self.max_len, d)), (None, 'embed'))
       self.pos_embedding = self.param('pos_embedding', pos_init, (self.max_len, cfg.d_model), jnp.float32)
     self.blocks = block_stack(cfg, self.collect_stats)
     readout = residual.DESIGNS[cfg.residual].readout
@@ -230,6 +250,8 @@ class Transformer(nn.Module):
     logits_BxTxV = jnp.einsum('btd,dv->btv', x_BxTxD.astype(dt), w_DxV.astype(dt))
     if self.cfg.block == 'ngpt':
       logits_BxTxV = logits_BxTxV * self.logit_scale
+    mult = pz.logit_mult(self.cfg)
+    logits_BxTxV = logits_BxTxV * mult if mult != 1 else logits_BxTxV
     return constrain(logits_BxTxV.astype(jnp.float32), 'batch', None, 'vocab')
 
   def start(self, x_BxTxD) -> dict:
@@ -243,13 +265,14 @@ class Transformer(nn.Module):
     """The one stream leaving the stack (e.g. HC's n streams read out), before the final norm."""
     return self.res_readout(carry) if residual.DESIGNS[self.cfg.residual].readout else carry['x']
 
-  def stack(self, x_BxTxD):
-    """The scanned blocks: (stream leaving block L, per-layer stats)."""
-    carry, stats = self.blocks(self.start(x_BxTxD), layer_schedule(self.cfg))
+  def stack(self, x_BxTxD, layer_inputs: dict | None = None):
+    """The scanned blocks: (stream leaving block L, per-layer stats). layer_inputs adds
+    step-dependent per-layer scan inputs (leading axis L, see depthscale.dynamics)."""
+    carry, stats = self.blocks(self.start(x_BxTxD), scan_inputs(self.cfg, layer_inputs))
     return self.finish(carry), stats
 
-  def __call__(self, tokens_BxT):
-    x_BxTxD, stats = self.stack(self.embed(tokens_BxT))
+  def __call__(self, tokens_BxT, layer_inputs: dict | None = None):
+    x_BxTxD, stats = self.stack(self.embed(tokens_BxT), layer_inputs)
     return self.unembed(x_BxTxD), stats
 
 
@@ -261,11 +284,16 @@ def make_model(cfg, collect_stats: bool = False) -> Transformer:
   return Transformer(frozen, max_len=cfg.data.seq_len, collect_stats=collect_stats)
 
 
-def apply_unrolled(model: Transformer, params, tokens_BxT):
+def scan_inputs(cfg, layer_inputs: dict | None) -> dict:
+  """The static per-layer schedule plus the dynamic per-layer inputs (if any)."""
+  return {**layer_schedule(cfg), **(layer_inputs or {})}
+
+
+def apply_unrolled(model: Transformer, params, tokens_BxT, layer_inputs: dict | None = None):
   """Reference forward pass with a Python loop over layers (tests and benchmarks)."""
   cfg = model.cfg
   carry = model.apply({'params': params}, tokens_BxT, method=lambda m, t: m.start(m.embed(t)))
-  schedule = layer_schedule(cfg)
+  schedule = scan_inputs(cfg, layer_inputs)
   for l in range(cfg.num_layers):
     layer_params = jax.tree.map(lambda p, l=l: p[l], params['blocks'])
     layer = jax.tree.map(lambda s, l=l: s[l], schedule)

@@ -1,11 +1,16 @@
-"""Optimizer: AdamW with warmup + schedule, global-norm clipping and a weight-decay mask."""
+"""Optimizer: AdamW (optax) with warmup + schedule, global-norm clipping, a weight-decay mask
+and per-parameter LR, weight-decay and epsilon multipliers."""
 
 from __future__ import annotations
 
+from typing import Callable
+
 import jax
+import jax.numpy as jnp
 import optax
 
-from depthscale import ngpt
+from depthscale import dynamics, llr, ngpt
+from depthscale import parametrization as pz
 from depthscale.model import EMBEDDING_PARAMS
 
 
@@ -44,21 +49,77 @@ def param_kind(path) -> str:
 
 def decay_mask(cfg, params):
   """True where AdamW applies weight decay."""
-  def decays(path, _):
-    kind = param_kind(path)
-    return (kind == 'matrix' or (kind == 'norm' and cfg.optim.decay_norms)
-            or (kind == 'embedding' and cfg.optim.decay_embeddings)
-            or (kind == 'residual' and cfg.optim.decay_residual))
-  return jax.tree_util.tree_map_with_path(decays, params)
+  return jax.tree_util.tree_map_with_path(lambda path, _: _decays(cfg, path), params)
+
+
+def _decays(cfg, path) -> bool:
+  kind = param_kind(path)
+  return (kind == 'matrix' or (kind == 'norm' and cfg.optim.decay_norms)
+          or (kind == 'embedding' and cfg.optim.decay_embeddings)
+          or (kind == 'residual' and cfg.optim.decay_residual))
+
+
+def _label(cfg, path) -> str:
+  """Adam group of a parameter: its parametrization group and whether it decays."""
+  return pz.param_group(path) + ('/decay' if _decays(cfg, path) else '')
+
+
+def _adam_groups(cfg) -> dict[str, optax.GradientTransformation]:
+  """Per group: Adam with the group's epsilon, then decoupled decay with its lambda."""
+  o, m = cfg.optim, cfg.model
+  out = {}
+  for group in pz.GROUPS:
+    adam = optax.scale_by_adam(b1=o.b1, b2=o.b2, eps=o.eps * pz.eps_mult(m, group))
+    out[group] = adam
+    out[group + '/decay'] = optax.chain(
+        adam, optax.add_decayed_weights(o.weight_decay * pz.wd_mult(m, group)))
+  return out
+
+
+def lr_multipliers(cfg, step, params):
+  """Per-leaf LR multiplier (arrays broadcasting against the leaf): the parametrization's
+  static multiplier times the Q/K slow-down's per-layer factor at `step`."""
+  qk = dynamics.qk_slow_factor(cfg, step) if cfg.optim.qk_slow_factor != 1 else None
+
+  def mult(path, p):
+    m = pz.lr_mult(cfg.model, pz.param_group(path))
+    keys = [str(getattr(k, 'key', k)) for k in path]
+    if qk is None or keys[0] != 'blocks' or keys[-1] not in ('q', 'kv'):
+      return jnp.asarray(m, jnp.float32)
+    per_layer = qk.reshape((-1,) + (1,) * (p.ndim - 1))
+    if keys[-1] == 'kv':  # (L, D, 2, K, E): slow the keys, not the values
+      per_layer = jnp.where(jnp.arange(2).reshape(1, 1, 2, 1, 1) == 0, per_layer, 1.0)
+    return m * per_layer
+  return jax.tree_util.tree_map_with_path(mult, params)
+
+
+def scale_by_multipliers(mult_fn: Callable) -> optax.GradientTransformation:
+  """Scales each leaf's update by mult_fn(count, params) (a tree of broadcasting arrays)."""
+
+  def init_fn(params):
+    del params
+    return optax.ScaleByScheduleState(count=jnp.zeros([], jnp.int32))
+
+  def update_fn(updates, state, params=None):
+    mults = mult_fn(state.count, params)
+    updates = jax.tree.map(lambda u, m: (u * m).astype(u.dtype), updates, mults)
+    return updates, optax.ScaleByScheduleState(count=optax.safe_increment(state.count))
+
+  return optax.GradientTransformation(init_fn, update_fn)
 
 
 def make_optimizer(cfg) -> optax.GradientTransformation:
-  """optax chain: clip by global norm, then AdamW with the schedule and decay mask (then
-  nGPT's weight re-normalization)."""
+  """optax chain: clip by global norm; per group Adam (epsilon) and decoupled weight decay
+  (lambda); per-leaf LR multipliers (parametrization, Q/K slow-down, LLR); the schedule;
+  then nGPT's weight re-normalization."""
   o = cfg.optim
-  adamw = optax.adamw(schedule(cfg), b1=o.b1, b2=o.b2, eps=o.eps, weight_decay=o.weight_decay,
-                      mask=lambda params: decay_mask(cfg, params))
-  tx = optax.chain(optax.clip_by_global_norm(o.clip_norm), adamw) if o.clip_norm else adamw
+  parts = [optax.clip_by_global_norm(o.clip_norm)] if o.clip_norm else []
+  parts += [optax.multi_transform(_adam_groups(cfg), lambda params: jax.tree_util.tree_map_with_path(
+                lambda path, _: _label(cfg, path), params)),
+            scale_by_multipliers(lambda step, params: lr_multipliers(cfg, step, params))]
+  if o.llr:
+    parts.append(llr.scale_by_llr(cfg))
+  parts.append(optax.scale_by_learning_rate(schedule(cfg)))
   if cfg.model.block == 'ngpt':  # nGPT: weights back onto the unit sphere after every step
-    tx = optax.chain(tx, ngpt.renormalize())
-  return tx
+    parts.append(ngpt.renormalize())
+  return optax.chain(*parts)

@@ -175,6 +175,25 @@ class Plan:
             for k, v in local.items()}
 
 
+def follow_params(opt_state, params, param_sh, default):
+  """Sharding of each optimizer-state leaf: that of the parameter whose path ends its own
+  path with the same shape (Adam moments, also inside optax.multi_transform's groups),
+  else `default` (counts, scalars)."""
+  keys = lambda path: tuple(str(getattr(k, 'key', getattr(k, 'idx', k))) for k in path)
+  by_path = {keys(path): (p.shape, sh) for (path, p), sh in zip(
+      jax.tree_util.tree_flatten_with_path(params)[0], jax.tree.leaves(param_sh))}
+  depth = max(map(len, by_path), default=0)
+
+  def leaf(path, x):
+    k = keys(path)
+    for n in range(min(depth, len(k)), 0, -1):
+      shape, sh = by_path.get(k[-n:], (None, None))
+      if shape == x.shape:
+        return sh
+    return default
+  return jax.tree_util.tree_map_with_path(leaf, opt_state)
+
+
 def make_plan(cfg, model: nn.Module, tx: optax.GradientTransformation, init_fn,
               devices=None) -> Plan:
   """The plan of a rung: mesh from cfg.mesh, state shardings from the parameters'
@@ -196,9 +215,8 @@ def make_plan(cfg, model: nn.Module, tx: optax.GradientTransformation, init_fn,
   is_spec = lambda s: isinstance(s, PartitionSpec)
   param_sh = jax.tree.map(named, specs, is_leaf=is_spec)
   replicated = named(PartitionSpec())
-  opt_sh = optax.tree_map_params(tx, lambda _, s: s, abstract_state['opt_state'], param_sh,
-                                 transform_non_params=lambda _: replicated,
-                                 is_leaf=lambda x: isinstance(x, NamedSharding))
+  opt_sh = follow_params(abstract_state['opt_state'], abstract_state['params'], param_sh,
+                         replicated)
   state = {'step': replicated, 'params': param_sh, 'opt_state': opt_sh, 'rng': replicated}
   return Plan(mesh, rules, abstract_state, state, named(batch_axes), replicated)
 

@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from depthscale import dynamics
 from depthscale.stats import per_layer_norm, saturation_per_layer
 
 State = dict  # {'step': int32, 'params', 'opt_state', 'rng'}
@@ -31,26 +32,56 @@ def weighted_loss(logits_BxTxV, batch) -> jax.Array:
   return jnp.sum(ce_BxT * w_BxT) / jnp.maximum(jnp.sum(w_BxT), 1.0)
 
 
+def early_exit_weights(num_layers: int, e_scale: float) -> jax.Array:
+  """LayerSkip's normalized exit weights (paper): e(l) = e_scale * sum_{i<=l} i for l < L-1,
+  e(L-1) = L-1 + e_scale * sum_{i<=L-2} i (l 0-based), divided by their sum."""
+  l = jnp.arange(num_layers, dtype=jnp.float32)
+  e = e_scale * l * (l + 1) / 2
+  e = e.at[-1].set(num_layers - 1 + e_scale * (num_layers - 2) * (num_layers - 1) / 2)
+  return e / jnp.maximum(jnp.sum(e), 1e-30)
+
+
+def model_loss(model: nn.Module, cfg, params, batch, step, rng, train: bool = True):
+  """(loss, aux): the LM loss under the step's dynamic per-layer inputs (cfg = full config;
+  None: none) plus, with train.early_exit_scale, LayerSkip's early-exit loss. aux holds
+  the per-layer statistics and logit max when the model collects statistics, else {}."""
+  inputs = None if cfg is None else dynamics.layer_inputs(cfg, step, rng, batch['inputs'].shape[0],
+                                                          train)
+  early = cfg is not None and train and cfg.train.early_exit_scale > 0
+  if not (model.collect_stats or early):
+    logits, _ = model.apply({'params': params}, batch['inputs'], inputs)
+    return weighted_loss(logits, batch), {}
+  (logits, stats), sown = model.apply({'params': params}, batch['inputs'], inputs,
+                                      mutable=['intermediates'])
+  sown = sown.get('intermediates', {})
+  loss = weighted_loss(logits, batch)
+  if early:
+    x_LxBxTxD = sown['blocks']['x_out'][0]
+    w = early_exit_weights(cfg.model.num_layers, cfg.train.early_exit_scale)
+    exit_loss = jax.vmap(lambda x: weighted_loss(model.apply({'params': params}, x,
+                                                             method='unembed'), batch))(x_LxBxTxD[:-1])
+    loss = jnp.sum(w[:-1] * exit_loss) + w[-1] * loss
+  if not model.collect_stats:
+    return loss, {}
+  return loss, {'layers': {**stats, **saturation_per_layer({'intermediates': sown})},
+                'logit_max': jnp.max(logits)}
+
+
 def make_train_step(model: nn.Module, tx: optax.GradientTransformation,
-                    lr_fn: Callable) -> Callable:
+                    lr_fn: Callable, cfg=None) -> Callable:
   """state, batch -> (state, out). If the model collects statistics (the logging-step
   path), out['layers'] holds them plus the per-layer gradient, parameter and update
   norms, and out has the global 'param_norm' and 'logit_max'; the plain step computes
   none of it. A non-finite loss or gradient leaves the state unchanged and sets
   out['ok'] to False; out['layer_grad_norm'] then names the first block whose gradient
-  is non-finite."""
-
-  def loss_fn(params, batch):
-    if not model.collect_stats:
-      logits, _ = model.apply({'params': params}, batch['inputs'])
-      return weighted_loss(logits, batch), {}
-    (logits, stats), sown = model.apply({'params': params}, batch['inputs'],
-                                        mutable=['intermediates'])
-    stats = {**stats, **saturation_per_layer(sown.get('intermediates', {}))}
-    return weighted_loss(logits, batch), {'layers': stats, 'logit_max': jnp.max(logits)}
+  is non-finite. cfg (the full config) enables the training-dynamics methods of
+  depthscale.dynamics."""
 
   def step(state: State, batch) -> tuple[State, dict]:
-    (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(state['params'], batch)
+    def loss_fn(params):
+      return model_loss(model, cfg, params, batch, state['step'], state['rng'])
+
+    (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(state['params'])
     updates, opt_state = tx.update(grads, state['opt_state'], state['params'])
     params = optax.apply_updates(state['params'], updates)
     layer_grad_norm = per_layer_norm(grads['blocks'])
@@ -80,11 +111,14 @@ def update_stats(params, grads, updates) -> dict[str, jax.Array]:
           'update_param_ratio': per_layer_norm(updates['blocks']) / jnp.maximum(param_norm, 1e-30)}
 
 
-def make_eval_step(model: nn.Module, hops: list[int]) -> Callable:
-  """params, batch -> sums of weighted loss and, per k-hop value, answer accuracy counts."""
+def make_eval_step(model: nn.Module, hops: list[int], cfg=None) -> Callable:
+  """params, batch[, step] -> sums of weighted loss and, per k-hop value, answer accuracy
+  counts; with cfg and step, the model as trained at that step (ProRes alpha, no drops)."""
 
-  def step(params, batch) -> dict:
-    logits, _ = model.apply({'params': params}, batch['inputs'])
+  def step(params, batch, t=None) -> dict:
+    inputs = None if cfg is None or t is None else dynamics.layer_inputs(
+        cfg, t, jax.random.PRNGKey(0), batch['inputs'].shape[0], False)
+    logits, _ = model.apply({'params': params}, batch['inputs'], inputs)
     ce = optax.softmax_cross_entropy_with_integer_labels(logits, batch['targets'])
     correct = jnp.argmax(logits, -1) == batch['targets']
     at_hop = [batch['hop'] == k for k in hops]

@@ -121,11 +121,11 @@ class _Logs:
     self.tb.flush()
 
 
-def evaluate(eval_fn, params, batches: list[dict], hops: list[int]) -> dict[str, float]:
+def evaluate(eval_fn, params, batches: list[dict], hops: list[int], step) -> dict[str, float]:
   """eval/loss over the fixed eval set and eval/acc_hop<k> per k-hop value."""
   sums = None
   for batch in batches:
-    out = eval_fn(params, batch)
+    out = eval_fn(params, batch, step)
     sums = out if sums is None else jax.tree.map(lambda a, b: a + b, sums, out)
   sums = jax.device_get(sums)
   result = {'eval/loss': float(sums['loss_sum'] / max(sums['weight_sum'], 1.0))}
@@ -195,15 +195,15 @@ class _Run:
     lr_fn = schedule(cfg)
     self.batch = self.plan.global_batch(next(self.it))
     t0 = time.perf_counter()
-    self.plain = self._compile(make_train_step(model, tx, lr_fn))
+    self.plain = self._compile(make_train_step(model, tx, lr_fn, cfg))
     self.compile_s = time.perf_counter() - t0
-    self.with_stats = self._compile(make_train_step(stats_model, tx, lr_fn))
+    self.with_stats = self._compile(make_train_step(stats_model, tx, lr_fn, cfg))
     p = self.plan
     with p.context():
-      self.eval_fn = jax.jit(make_eval_step(model, self.hops),
-                             in_shardings=(p.state['params'], p.batch),
+      self.eval_fn = jax.jit(make_eval_step(model, self.hops, cfg),
+                             in_shardings=(p.state['params'], p.batch, p.replicated),
                              out_shardings=p.replicated).lower(
-          self.state['params'], self.eval_set[0]).compile()
+          self.state['params'], self.eval_set[0], self.state['step']).compile()
     self.analyzer = Analyzer(model, init_blocks, jax.tree.map(
         lambda a: a[:cfg.metrics.analysis_batch_size], self.eval_set[0]), t.seed
                              ) if cfg.metrics.analysis_every else None
@@ -283,7 +283,8 @@ class _Run:
   def _eval_and_save(self, done: int, due_eval: bool, due_ckpt: bool) -> None:
     t0 = time.perf_counter()
     if due_eval:
-      self.eval_scalars = evaluate(self.eval_fn, self.state['params'], self.eval_set, self.hops)
+      self.eval_scalars = evaluate(self.eval_fn, self.state['params'], self.eval_set, self.hops,
+                                   self.state['step'])
       if self.lead:
         self.logs.log_eval(done, self.eval_scalars)
       print(f'{self.name} eval at step {done}: ' + ', '.join(

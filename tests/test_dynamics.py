@@ -1,0 +1,170 @@
+"""Training dynamics (ProRes, LayerDrop, LayerSkip, Q/K slow-down, LLR) by their defining
+properties, and every method of this issue trains 20 steps with a finite loss."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from depthscale import data, dynamics, llr
+from depthscale.model import Transformer, make_model
+from depthscale.optim import lr_multipliers, make_optimizer, schedule
+from depthscale.steps import early_exit_weights, init_state, make_train_step
+from tests.conftest import tiny_config
+
+
+def _setup(cfg):
+  model = make_model(cfg)
+  params = jax.jit(init_state, static_argnums=(0, 1, 2, 3))(
+      model, optax.identity(), 0, cfg.data.seq_len)['params']
+  tokens = jax.random.randint(jax.random.PRNGKey(1), (2, cfg.data.seq_len), 0, cfg.model.vocab_size)
+  return model, params, tokens
+
+
+def test_prores_step0_every_block_is_identity_and_later_not():
+  cfg = tiny_config(**{'train.prores': 'linear', 'train.prores_warmup_steps': 30})
+  model, params, tokens = _setup(cfg)
+  apply = jax.jit(model.apply)
+  emb = model.apply({'params': params}, tokens, method=Transformer.embed)
+  head = model.apply({'params': params}, emb, method=Transformer.unembed)
+  at0 = dynamics.layer_inputs(cfg, 0, jax.random.PRNGKey(0), 2, True)
+  np.testing.assert_allclose(apply({'params': params}, tokens, at0)[0], head, rtol=0, atol=1e-6)
+  at5 = dynamics.layer_inputs(cfg, 5, jax.random.PRNGKey(0), 2, True)
+  assert np.abs(np.asarray(apply({'params': params}, tokens, at5)[0] - head)).max() > 1e-4
+
+
+def test_prores_schedules():
+  cfg = tiny_config(**{'train.prores': 'linear', 'train.prores_warmup_steps': 30})
+  ends = np.linspace(10, 30, 3)  # linspace(W // L, W, L)
+  for t in (0, 7, 15, 29):
+    np.testing.assert_allclose(dynamics.prores_alpha(cfg, t), np.clip(t / ends, 0, 1), rtol=1e-6)
+  np.testing.assert_array_equal(dynamics.prores_alpha(cfg, 30), np.ones(3))
+  cfg.train.prores = 'reverse'
+  np.testing.assert_allclose(dynamics.prores_alpha(cfg, 10), [1 / 3, 0.5, 1.0], rtol=1e-6)
+  cfg.train.prores = 'square'
+  np.testing.assert_allclose(dynamics.prores_alpha(cfg, 5), (5 / ends) ** 2, rtol=1e-6)
+  cfg.train.prores, cfg.train.prores_value = 'stagewise', 'inv_L'
+  np.testing.assert_allclose(dynamics.prores_alpha(cfg, 15), [1, 1 / 3 + 2 / 3 * 0.5, 1 / 3], rtol=1e-6)
+  cfg.train.prores, cfg.train.prores_value = 'fix', 'inv_sqrt_l'
+  np.testing.assert_allclose(dynamics.prores_alpha(cfg, 3), 1 / np.sqrt([1, 2, 3]), rtol=1e-6)
+
+
+def test_layerdrop_p0_equals_base_and_a_dropped_block_is_skipped():
+  cfg = tiny_config()
+  model, params, tokens = _setup(cfg)
+  apply = jax.jit(model.apply)
+  base, _ = apply({'params': params}, tokens)
+  cfg.train.layerdrop = 0.0
+  assert dynamics.layer_inputs(cfg, 3, jax.random.PRNGKey(0), 2, True) is None
+  cfg.train.layerdrop = 0.5  # a mask with block 2 dropped equals the model without block 2
+  masks = [np.asarray(dynamics.layer_inputs(cfg, t, jax.random.PRNGKey(0), 2, True)['branch_mult'])
+           for t in range(40)]
+  assert set(np.unique(np.concatenate(masks))) == {0.0, 1.0}
+  assert 0.3 < np.mean(masks) < 0.7
+  dropped, _ = apply({'params': params}, tokens, {'branch_mult': jnp.array([1.0, 0.0, 1.0])})
+  two = tiny_config(**{'model.num_layers': 2})
+  kept = dict(params, blocks=jax.tree.map(lambda a: a[jnp.array([0, 2])], params['blocks']))
+  ref, _ = make_model(two).apply({'params': kept}, tokens)
+  np.testing.assert_allclose(dropped, ref, rtol=1e-5, atol=1e-5)
+  assert np.abs(np.asarray(dropped - base)).max() > 1e-4
+  assert dynamics.layer_inputs(cfg, 3, jax.random.PRNGKey(0), 2, False) is None or np.all(
+      dynamics.layer_inputs(cfg, 3, jax.random.PRNGKey(0), 2, False)['branch_mult'] == 1)
+
+
+def test_layerskip_rates_and_exit_weights():
+  cfg = tiny_config(**{'train.layerskip_p_max': 0.2, 'train.steps': 11, 'model.num_layers': 4})
+  rates = np.asarray(dynamics.layerskip_rates(cfg, 10))  # S(T-1) = 1
+  np.testing.assert_allclose(rates, 0.2 * (np.exp(np.arange(4) * math.log(2) / 3) - 1), rtol=1e-6)
+  assert rates[0] == 0 and rates[-1] == pytest.approx(0.2)
+  np.testing.assert_array_equal(dynamics.layerskip_rates(cfg, 0), np.zeros(4))
+  w = np.asarray(early_exit_weights(4, 0.5))
+  e = np.array([0, 0.5 * 1, 0.5 * 3, 3 + 0.5 * 3])
+  np.testing.assert_allclose(w, e / e.sum(), rtol=1e-6)
+  mask = dynamics.layer_inputs(cfg, 10, jax.random.PRNGKey(0), 8, True)['branch_mult']
+  assert mask.shape == (4, 8) and np.all(np.asarray(mask[0]) == 1)
+
+
+def test_qk_slowdown_factor_and_optimizer():
+  cfg = tiny_config(**{'optim.qk_slow_factor': 0.1, 'optim.qk_slow_steps': 10,
+                       'optim.qk_slow_ramp': 10, 'model.num_layers': 4})
+  np.testing.assert_allclose(dynamics.qk_slow_factor(cfg, 5), [1, 1, 0.1, 0.1], rtol=1e-6)
+  np.testing.assert_allclose(dynamics.qk_slow_factor(cfg, 15), [1, 1, 0.55, 0.55], rtol=1e-6)
+  np.testing.assert_allclose(dynamics.qk_slow_factor(cfg, 20), [1, 1, 1, 1], rtol=1e-6)
+  _, params, _ = _setup(cfg)
+  m = lr_multipliers(cfg, 0, params)
+  np.testing.assert_allclose(np.ravel(m['blocks']['attn']['q']), [1, 1, 0.1, 0.1], rtol=1e-6)
+  kv = np.broadcast_to(m['blocks']['attn']['kv'], params['blocks']['attn']['kv'].shape)
+  assert np.all(kv[2:, :, 0] == np.float32(0.1)) and np.all(kv[:, :, 1] == 1) and np.all(kv[:2] == 1)
+  assert np.all(np.asarray(m['blocks']['attn']['o']) == 1)
+
+
+def _hill_numpy(eigs):
+  eigs = np.sort(np.asarray(eigs, np.float64))
+  i0 = len(eigs) // 2
+  return 1 + (len(eigs) - i0) / np.sum(np.log(eigs[i0:] / eigs[i0]))
+
+
+@pytest.mark.parametrize('alpha', [2.5, 4.0])
+def test_llr_hill_estimator_recovers_power_law_exponent(alpha):
+  """Eigenvalues from a Pareto density ~ lambda^-alpha: float32 Hill vs a float64 reference
+  and vs the true exponent; the same through the ESD of a matrix with those spectra."""
+  rng = np.random.default_rng(0)
+  eigs = (1 - rng.random(4000)) ** (-1 / (alpha - 1))
+  got = float(llr.hill_alpha(jnp.sort(jnp.asarray(eigs, jnp.float32))))
+  assert got == pytest.approx(_hill_numpy(eigs), rel=1e-4)
+  assert got == pytest.approx(alpha, rel=0.06)
+  n = 256
+  sv = np.sqrt((1 - rng.random(n)) ** (-1 / (alpha - 1)))
+  u, _ = np.linalg.qr(rng.standard_normal((n, n)))
+  v, _ = np.linalg.qr(rng.standard_normal((n, n)))
+  w = (u * sv) @ v.T
+  esd = np.asarray(llr.esd(jnp.asarray(w, jnp.float32)), np.float64)
+  assert float(llr.hill_alpha(jnp.asarray(esd))) == pytest.approx(_hill_numpy(sv ** 2), rel=1e-2)
+
+
+def test_llr_targets_map_alpha_linearly():
+  cfg = tiny_config(**{'optim.llr': True, 'optim.llr_min': 1.0, 'optim.llr_max': 3.0})
+  _, params, _ = _setup(cfg)
+  m = llr.target_multipliers(cfg, params)
+  vals = np.concatenate([np.ravel(m['blocks'][s][n]) for s, n in
+                         (('attn', 'q'), ('attn', 'kv'), ('attn', 'o'), ('mlp', 'wi'), ('mlp', 'wo'))])
+  assert vals.min() == pytest.approx(1.0) and vals.max() == pytest.approx(3.0)
+  assert float(m['embedding']) == 3.0 and float(m['final_norm']['scale']) == 1.0
+  a_q = np.asarray(llr.module_alphas('q', params['blocks']['attn']['q']))[:, 0]
+  order = np.argsort(a_q)
+  assert np.all(np.diff(np.ravel(m['blocks']['attn']['q'])[order]) >= 0)
+
+
+METHODS = {
+    'mup+small_init+qk_slow': {'model.parametrization': 'mup', 'model.base_d_model': 16,
+                               'model.init': 'small_init', 'optim.qk_slow_factor': 0.1,
+                               'optim.qk_slow_steps': 5, 'optim.qk_slow_ramp': 5},
+    'depth_mup+depth_scaled+prores+layerdrop': {
+        'model.parametrization': 'depth_mup', 'model.base_num_layers': 1,
+        'model.init': 'depth_scaled', 'train.prores': 'sqrt', 'train.prores_warmup_steps': 10,
+        'train.layerdrop': 0.2},
+    'completep+deepnorm+layerskip': {
+        'model.parametrization': 'completep', 'model.base_num_layers': 1,
+        'model.base_d_model': 16, 'model.init': 'deepnorm', 'train.layerskip_p_max': 0.2,
+        'train.early_exit_scale': 0.2},
+    'deepscalelm+llr': {'model.init': 'deepscalelm', 'optim.llr': True, 'optim.llr_every': 5,
+                        'optim.llr_fraction': 0.5, 'optim.llr_transition_steps': 3},
+}
+
+
+@pytest.mark.parametrize('name', list(METHODS))
+def test_trains_20_steps_with_finite_loss(name):
+  cfg = tiny_config(**{'model.num_layers': 2, 'train.steps': 20, **METHODS[name]})
+  model, tx = make_model(cfg), make_optimizer(cfg)
+  state = jax.jit(init_state, static_argnums=(0, 1, 2, 3))(model, tx, 0, cfg.data.seq_len)
+  step = jax.jit(make_train_step(model, tx, schedule(cfg), cfg))
+  it = data.train_iterator(cfg.data, 0)
+  losses = []
+  for _ in range(20):
+    state, out = step(state, next(it))
+    assert bool(out['ok'])
+    losses.append(float(out['loss']))
+  assert np.all(np.isfinite(losses)) and losses[-1] < losses[0]

@@ -1,0 +1,163 @@
+"""Parametrizations and init schemes: each by its defining property (spec sections 10, 11)."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from depthscale import parametrization as pz
+from depthscale.model import Transformer, make_model
+from depthscale.optim import make_optimizer
+from depthscale.steps import init_state
+from tests.conftest import tiny_config
+
+
+def _params(cfg, seed=0):
+  init = jax.jit(init_state, static_argnums=(0, 1, 2, 3))
+  return init(make_model(cfg), optax.identity(), seed, cfg.data.seq_len)['params']
+
+
+def _tokens(cfg):
+  return jax.random.randint(jax.random.PRNGKey(1), (2, cfg.data.seq_len), 0, cfg.model.vocab_size)
+
+
+def _first_update(cfg, grad_value: float):
+  """The optimizer's first update for gradients filled with grad_value (constant LR)."""
+  params = _params(cfg)
+  tx = make_optimizer(cfg)
+  grads = jax.tree.map(lambda p: jnp.full_like(p, grad_value), params)
+  updates, _ = jax.jit(tx.update)(grads, tx.init(params), params)
+  return updates
+
+
+def _opt_cfg(**kw):
+  return tiny_config(**{'optim.schedule': 'constant', 'optim.warmup_steps': 0,
+                        'optim.weight_decay': 0.0, 'optim.clip_norm': 0.0, **kw})
+
+
+def test_mup_at_base_width_equals_standard():
+  std = tiny_config()
+  mup = tiny_config(**{'model.parametrization': 'mup', 'model.base_d_model': 32})
+  tokens = _tokens(std)
+  a, _ = jax.jit(make_model(std).apply)({'params': _params(std)}, tokens)
+  b, _ = jax.jit(make_model(mup).apply)({'params': _params(mup)}, tokens)
+  np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+
+
+def test_mup_hidden_lr_halves_when_width_doubles():
+  """Adam's first step is lr * sign(g): the effective LR of each parameter."""
+  u1 = _first_update(_opt_cfg(**{'model.parametrization': 'mup', 'model.base_d_model': 32}), 1.0)
+  u2 = _first_update(_opt_cfg(**{'model.parametrization': 'mup', 'model.base_d_model': 32,
+                                 'model.d_model': 64}), 1.0)
+  lr = tiny_config().optim.lr
+  for name in ('q', 'kv', 'o'):
+    np.testing.assert_allclose(jnp.abs(u1['blocks']['attn'][name]), lr, rtol=1e-5)
+    np.testing.assert_allclose(jnp.abs(u2['blocks']['attn'][name]), lr / 2, rtol=1e-5)
+  np.testing.assert_allclose(jnp.abs(u2['blocks']['mlp']['wo']), lr / 2, rtol=1e-5)
+  for u in (u1, u2):  # vector-like and input/output parameters keep eta
+    np.testing.assert_allclose(jnp.abs(u['embedding']), lr, rtol=1e-5)
+    np.testing.assert_allclose(jnp.abs(u['blocks']['attn_norm']['scale']), lr, rtol=1e-5)
+
+
+def test_mup_init_output_multiplier_and_attention_scale():
+  cfg = tiny_config(**{'model.parametrization': 'mup', 'model.base_d_model': 16,
+                       'model.d_model': 64, 'model.num_heads': 2})
+  p = _params(cfg)
+  np.testing.assert_allclose(np.std(p['blocks']['mlp']['wi']), 0.02 / 2, rtol=0.05)  # m_N = 4
+  np.testing.assert_allclose(np.std(p['embedding']), 0.02, rtol=0.05)
+  assert pz.logit_mult(cfg.model) == pytest.approx(0.25)
+  assert pz.attention_scale(cfg.model) == pytest.approx(math.sqrt(8) / 32)  # sqrt(d_h,base)/d_h
+
+
+def test_mup_weight_decay_is_width_independent():
+  """lr * lambda is constant in width on hidden matrices (lambda * m_N, LR / m_N)."""
+  kw = {'model.parametrization': 'mup', 'model.base_d_model': 32, 'optim.weight_decay': 0.5}
+  ups = [_first_update(_opt_cfg(**kw, **{'model.d_model': d}), 0.0) for d in (32, 64)]
+  ps = [_params(_opt_cfg(**kw, **{'model.d_model': d})) for d in (32, 64)]
+  for u, p in zip(ups, ps):  # zero gradient: the update is -lr * lambda_eff * p
+    np.testing.assert_allclose(u['blocks']['mlp']['wo'], -3e-3 * 0.5 * p['blocks']['mlp']['wo'],
+                               rtol=1e-5, atol=1e-12)
+
+
+@pytest.mark.parametrize('kind,expect', [('completep', 0.5), ('depth_mup', 1 / math.sqrt(2))])
+def test_depth_branch_multiplier(kind, expect):
+  """L = 2 L_base: each branch is scaled by m_L^-alpha (CompleteP: L_base / L)."""
+  cfg = tiny_config(**{'model.parametrization': kind, 'model.base_num_layers': 2,
+                       'model.num_layers': 4})
+  assert pz.branch_mult(cfg.model) == pytest.approx(expect)
+  std = tiny_config(**{'model.num_layers': 4})
+  params = _params(cfg)
+  scaled = jax.tree.map(lambda a: a, params)  # F is linear in W_O and W_down
+  scaled['blocks']['attn']['o'] = params['blocks']['attn']['o'] * expect
+  scaled['blocks']['mlp']['wo'] = params['blocks']['mlp']['wo'] * expect
+  tokens = _tokens(cfg)
+  a, _ = jax.jit(make_model(cfg).apply)({'params': params}, tokens)
+  b, _ = jax.jit(make_model(std).apply)({'params': scaled}, tokens)
+  np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize('kind,alpha', [('completep', 1.0), ('depth_mup', 0.5)])
+def test_depth_lr_and_epsilon_rules(kind, alpha):
+  """Adam's first step with g << eps is lr * g / (g + eps_eff): recovers eps_eff per group;
+  hidden LR carries m_N^-1 m_L^(alpha-1)."""
+  kw = {'model.parametrization': kind, 'model.base_num_layers': 1, 'model.num_layers': 4,
+        'model.base_d_model': 16, 'optim.eps': 1e-6}
+  cfg = _opt_cfg(**kw)
+  g, lr = 1e-6, cfg.optim.lr
+  u = _first_update(cfg, g)
+  m_n, m_l = 2.0, 4.0
+  eps_block = 1e-6 / (m_n * m_l ** alpha)
+  hidden_lr = lr / m_n * m_l ** (alpha - 1)
+  np.testing.assert_allclose(jnp.abs(u['blocks']['mlp']['wi']), hidden_lr * g / (g + eps_block),
+                             rtol=1e-4)
+  np.testing.assert_allclose(jnp.abs(u['blocks']['mlp_norm']['scale']),
+                             lr * m_l ** (alpha - 1) * g / (g + eps_block), rtol=1e-4)
+  np.testing.assert_allclose(jnp.abs(u['final_norm']['scale']), lr * g / (g + 1e-6), rtol=1e-4)
+  np.testing.assert_allclose(jnp.abs(u['embedding']), lr * g / (g + 1e-6), rtol=1e-4)
+
+
+def test_depth_scaled_and_small_init_stds():
+  l, d = 4, 64
+  p = _params(tiny_config(**{'model.init': 'depth_scaled', 'model.num_layers': l, 'model.d_model': d}))
+  np.testing.assert_allclose(np.std(p['blocks']['mlp']['wo']), 0.02 / math.sqrt(2 * l), rtol=0.05)
+  np.testing.assert_allclose(np.std(p['blocks']['attn']['q']), 0.02, rtol=0.05)
+  p = _params(tiny_config(**{'model.init': 'small_init', 'model.d_model': d}))
+  np.testing.assert_allclose(np.std(p['blocks']['attn']['q']), math.sqrt(2 / (5 * d)), rtol=0.05)
+
+
+def test_deepnorm_init_gains():
+  """xavier_normal with gain (8L)^-1/4 on V, O and the MLP, gain 1 on Q and K."""
+  l, d = 4, 64
+  p = _params(tiny_config(**{'model.init': 'deepnorm', 'model.num_layers': l, 'model.d_model': d}))
+  beta = (8 * l) ** -0.25
+  kv = p['blocks']['attn']['kv']
+  np.testing.assert_allclose(np.std(kv[:, :, 0]), math.sqrt(2 / (d + d)), rtol=0.05)
+  np.testing.assert_allclose(np.std(kv[:, :, 1]), beta * math.sqrt(2 / (d + d)), rtol=0.05)
+  np.testing.assert_allclose(np.std(p['blocks']['mlp']['wi']), beta * math.sqrt(2 / (5 * d)), rtol=0.05)
+
+
+def test_deepscalelm_residual_scaling_and_vo_init():
+  """With zero branches each sublayer maps x -> lambda x (lambda^2 + beta^2 = 1, beta^2 = 1/L);
+  V/O stds follow the correlation recursion (numpy float64 reference)."""
+  l = 3
+  cfg = tiny_config(**{'model.init': 'deepscalelm', 'model.num_layers': l, 'model.d_model': 64})
+  params = _params(cfg)
+  beta, lam = pz.dslm_beta_lambda(cfg.model)
+  assert beta ** 2 == pytest.approx(1 / l) and lam ** 2 + beta ** 2 == pytest.approx(1)
+  r, ref = 0.221, []
+  for _ in range(l):
+    ref.append((1 / r) ** 0.25 / math.sqrt(64))
+    r = lam ** 2 * r + beta ** 2
+    r = lam ** 2 * r + beta ** 2 * (r + (math.sqrt(1 - r * r) - r * math.acos(r)) / math.pi)
+  got = [np.std(np.asarray(params['blocks']['attn']['o'][i], np.float64)) for i in range(l)]
+  np.testing.assert_allclose(got, ref, rtol=0.08)
+  np.testing.assert_allclose(np.std(params['embedding']), 1.0, rtol=0.05)
+  params['blocks']['attn']['o'] = jnp.zeros_like(params['blocks']['attn']['o'])
+  params['blocks']['mlp']['wo'] = jnp.zeros_like(params['blocks']['mlp']['wo'])
+  model, tokens = make_model(cfg), _tokens(cfg)
+  x = model.apply({'params': params}, tokens, method=Transformer.embed)
+  out, _ = model.apply({'params': params}, x, method=Transformer.stack)
+  np.testing.assert_allclose(out, lam ** (2 * l) * x, rtol=1e-5, atol=1e-6)
