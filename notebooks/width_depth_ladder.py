@@ -14,20 +14,22 @@
 # %% [markdown]
 # # Width vs depth at a fixed parameter budget
 #
-# **Claim.** At a fixed non-embedding parameter budget, the aspect ratio (depth vs width)
-# matters: with standard Pre-LN residuals, going deeper and narrower stops paying off and
-# then hurts, and residual-stream designs (Hyper-Connections, Attention Residuals,
-# DenseFormer) aim to let the extra depth be used.
+# **Claim.** At a fixed model size and recipe, whether depth pays off depends on the
+# architecture: going deeper and narrower gives standard Pre-LN little benefit or even
+# hurts, while Hyper-Connections and full Attention Residuals keep improving even at
+# extreme deep shapes (DepthBench).
 #
-# **Papers.** The DepthBench-style aspect-ratio ladder; Kaplan et al. 2020 (loss depends
-# weakly on shape at fixed size, over a wide range of aspect ratios); Brown et al. 2024
-# "Wide single-layer Transformers"; Bamboo (deeper-narrower MAE); Zhu et al. 2024
-# (Hyper-Connections), Kimi 2026 (Attention Residuals), Pagliardini et al. 2024 (DenseFormer).
+# **Papers.** DepthBench (2026), a controlled width-depth benchmark over 10 architectures;
+# Zhu et al. 2024 (Hyper-Connections); Kimi 2026 (Attention Residuals: PreNorm's fixed
+# unit-weight accumulation dilutes each layer's contribution); Pagliardini et al. 2024
+# (DenseFormer: depth-weighted averages of past block outputs).
 #
-# **Reported.** Wide single-layer models perform on average 0.3% better than their deep
-# counterparts across 4 NLP tasks and 10 attention types (Brown et al.); Bamboo's
-# deeper-narrower MAE reaches 87.1% ImageNet top-1; the residual-stream papers report
-# lower loss than Pre-LN at equal parameters (see each paper's tables).
+# **Reported.** DepthBench varies d_model / n_layer from shallow-wide to deep-narrow at a
+# fixed size: Pre-LN and most norm- or scaling-based variants "provide little benefit and
+# can even degrade performance" as models get deeper and narrower, whereas HC and full
+# AttnRes "improve consistently even at extreme deep shapes". AttnRes reports consistent
+# gains across model sizes (up to 48B total / 3B active on 1.4T tokens); DenseFormer
+# reaches the perplexity of much deeper Transformers.
 #
 # **Full-size configuration.** `SIZE = 'paper'`: a ~100M non-embedding budget swept over
 # L = 6 ... 96 (head dim 64), seq 1024, batch 256, 20k steps, on a text corpus
