@@ -34,12 +34,12 @@
 # sweep of 2^-4 ... 2^-11, seq 2048, batch 256, 20k steps (use
 # `--config.data.source=text:GLOB`). The default `cpu` size sweeps d 32 at L 2, 4, 8, 16
 # and 4 learning rates for 200 steps (base depth L0 = 2); `DEPTHSCALE_SMOKE=1` runs the
-# coordinate check at L 2 and 8 and one LR-sweep rung per parametrization.
+# coordinate check at L 2 and 16 and one LR-sweep rung per parametrization.
 #
-# **What this notebook asserts** (the coordinate check): after a few steps at lr 1e-2,
-# the activation RMS leaving the last block grows with depth under the standard
-# parametrization (more than 2.5x from the shallowest to the deepest model) and stays
-# within a factor 1.5 under depth-muP and CompleteP. The best learning rate per depth is
+# **What this notebook asserts** (the coordinate check): after 8 steps at lr 1e-2, the
+# activation RMS leaving the last block grows with depth under the standard
+# parametrization (more than 4x from L 2 to L 16; measured 5.8-6.4x over 2 seeds) and
+# stays within (0.3, 2)x under depth-muP and CompleteP (measured 0.42-1.48x). The best learning rate per depth is
 # reported, not asserted.
 
 # %%
@@ -60,14 +60,16 @@ print('parametrizations:', PARAMS, '| coord-check depths:', COORD_DEPTHS,
 # %% [markdown]
 # ## 1. Coordinate check across depth
 # `depthscale.coord_check` (also `python -m depthscale.coord_check --vary=num_layers`)
-# trains each depth for a few steps at lr 1e-2 with per-layer statistics on every step.
+# trains each depth for a few steps at a constant lr 1e-2 (no warmup) with per-layer
+# statistics on every step.
 # Shown: the activation RMS of the stream leaving the last block, per step.
 
 # %%
 COORD_STEPS = 8
 coords = {}
 for p in PARAMS:
-  (_, cfg), *_ = resolve(EXPERIMENT, {'model.parametrization': p})
+  (_, cfg), *_ = resolve(EXPERIMENT, {'model.parametrization': p, 'optim.schedule': 'constant',
+                                      'optim.warmup_steps': 0})
   df = coord_check(cfg, 'num_layers', COORD_DEPTHS, COORD_STEPS, f'{OUT}/coord_check_{p}')
   last = df[df.layer == df.num_layers]
   coords[p] = last.pivot(index='step', columns='value', values='act_rms')  # step x depth
@@ -114,8 +116,8 @@ for p in PARAMS:
 
 # %%
 final = COORD_STEPS - 1
-assert drift['standard'][final] > 2.5, f'standard: activations do not grow with depth: {drift}'
+assert drift['standard'][final] > 4, f'standard: activations do not grow with depth: {drift}'
 for p in PARAMS:
   if p != 'standard':
-    assert 0.5 < drift[p][final] < 1.5, f'{p}: activations depend on depth: {drift}'
+    assert 0.3 < drift[p][final] < 2, f'{p}: activations depend on depth: {drift}'
 print('mechanism assertions passed')
