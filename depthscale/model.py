@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from depthscale import inner_norms, layer_rope, ngpt, residual
+from depthscale import inner_norms, layer_rope, ngpt, ops, residual
 from depthscale import parametrization as pz
 from depthscale.blocks import PLACEMENTS, base_init, layer_schedule, sublayer_factory
 from depthscale.norms import EMBED_SCALED, l2_normalize, make_norm
@@ -85,9 +85,13 @@ class Attention(nn.Module):
     wkv = _dense_param(self, 'kv', (d, 2, k, e), ('embed', None, 'heads', 'kv'), std_kv)
     wo = _dense_param(self, 'o', (h, e, d), ('heads', 'kv', 'embed'), _std(cfg, 'o', h * e, d, index))
     x = x_BxTxD.astype(dt)
-    q_BxTxHxE = constrain(jnp.einsum('btd,dhe->bthe', x, wq.astype(dt)), 'batch', None, 'heads', 'kv')
-    kv_2xBxTxKxE = jnp.einsum('btd,dcke->cbtke', x, wkv.astype(dt))
-    k_BxTxKxE, v_BxTxKxE = kv_2xBxTxKxE[0], kv_2xBxTxKxE[1]
+    b, t = x.shape[:2]
+    # one fused projection for q, k, v (weights concatenated; shapes of q and kv kept)
+    w_DxQKV = jnp.concatenate([wq.reshape(d, h * e), wkv.reshape(d, 2 * k * e)], axis=1)
+    qkv = ops.matmul(x, w_DxQKV.astype(dt))
+    q_BxTxHxE = constrain(qkv[..., :h * e].reshape(b, t, h, e), 'batch', None, 'heads', 'kv')
+    k_BxTxKxE = qkv[..., h * e:(h + k) * e].reshape(b, t, k, e)
+    v_BxTxKxE = qkv[..., (h + k) * e:].reshape(b, t, k, e)
     if mix_values is not None:
       v_BxTxKxE = mix_values(v_BxTxKxE, x)
     q_BxTxHxE, k_BxTxKxE, v_BxTxKxE = inner_norms.qkv(self, cfg, q_BxTxHxE, k_BxTxKxE, v_BxTxKxE)
@@ -97,10 +101,10 @@ class Attention(nn.Module):
     scale = pz.attention_scale(cfg) if scale is None else scale
     if self.is_mutable_collection('analysis'):  # explicit probabilities: analysis path only
       self.sow('analysis', 'attn_entropy', attention_entropy(q_BxTxHxE, k_BxTxKxE, scale))
-    o_BxTxHxE = jax.nn.dot_product_attention(q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, scale=scale,
-                                             is_causal=True)
+    o_BxTxHxE = ops.attention(q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, scale)
     o_BxTxHxE = inner_norms.heads(self, cfg, o_BxTxHxE)
-    return inner_norms.attn_out(self, cfg, jnp.einsum('bthe,hed->btd', o_BxTxHxE, wo.astype(dt)))
+    out_BxTxD = ops.matmul(o_BxTxHxE.reshape(b, t, h * e), wo.reshape(h * e, d).astype(dt))
+    return inner_norms.attn_out(self, cfg, out_BxTxD)
 
 
 class Mlp(nn.Module):
@@ -116,16 +120,17 @@ class Mlp(nn.Module):
     if cfg.mlp == 'swiglu':
       std = jnp.stack([jnp.asarray(_std(cfg, r, d, f, index)) for r in ('gate', 'up')]).reshape(2, 1)
       wi = _dense_param(self, 'wi', (d, 2, f), ('embed', None, 'mlp'), std)
-      gate_up_BxTx2xF = inner_norms.mlp_in(self, cfg, jnp.einsum('btd,dcf->btcf', x, wi.astype(dt)))
+      gate_up_BxTx2F = ops.matmul(x, wi.reshape(d, 2 * f).astype(dt))
+      gate_up_BxTx2xF = inner_norms.mlp_in(self, cfg, gate_up_BxTx2F.reshape(*x.shape[:2], 2, f))
       h_BxTxF = nn.silu(gate_up_BxTx2xF[..., 0, :]) * gate_up_BxTx2xF[..., 1, :]
       h_BxTxF = constrain(h_BxTxF, 'batch', None, 'mlp')
     else:
       wi = _dense_param(self, 'wi', (d, f), ('embed', 'mlp'), _std(cfg, 'up', d, f, index))
-      pre_BxTxF = inner_norms.mlp_in(self, cfg, jnp.einsum('btd,df->btf', x, wi.astype(dt)))
-      h_BxTxF = constrain(jax.nn.gelu(pre_BxTxF, approximate=True), 'batch', None, 'mlp')
+      pre_BxTxF = inner_norms.mlp_in(self, cfg, ops.matmul(x, wi.astype(dt)))
+      h_BxTxF = constrain(ops.gelu_tanh(pre_BxTxF), 'batch', None, 'mlp')
     wo = _dense_param(self, 'wo', (f, d), ('mlp', 'embed'), _std(cfg, 'down', f, d, index))
     h_BxTxF = inner_norms.mlp_mid(self, cfg, h_BxTxF)
-    return inner_norms.mlp_out(self, cfg, jnp.einsum('btf,fd->btd', h_BxTxF, wo.astype(dt)))
+    return inner_norms.mlp_out(self, cfg, ops.matmul(h_BxTxF, wo.astype(dt)))
 
 
 class Block(nn.Module):

@@ -17,6 +17,8 @@ def tiny_config(**overrides):
   c.train.eval_every = 3
   c.train.checkpoint_every = 2
   c.optim.warmup_steps = 2
+  c.metrics.analysis_every = 0  # analyses and images have tests of their own (test_compare)
+  c.metrics.images = False
   for key, value in overrides.items():
     section, field = key.split('.')
     c[section][field] = value

@@ -17,7 +17,8 @@ from depthscale.writers import read_jsonl
 TINY = ['--config.model.d_model=32', '--config.model.num_heads=2', '--config.data.seq_len=32',
         '--config.data.batch_size=4', '--config.data.eval_batches=1', '--config.train.steps=4',
         '--config.train.log_every=2', '--config.train.eval_every=2',
-        '--config.train.checkpoint_every=2', '--config.optim.warmup_steps=1']
+        '--config.train.checkpoint_every=2', '--config.optim.warmup_steps=1',
+        '--config.metrics.analysis_every=0', '--config.metrics.images=False']
 
 EXPERIMENT = '''
 """Two-rung test ladder."""

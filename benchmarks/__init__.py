@@ -1,0 +1,1 @@
+"""Benchmarks (scripts, not tests): throughput, compile time, memory, data pipeline."""

@@ -1,0 +1,39 @@
+"""Fast compute primitives: values and gradients equal the textbook functions (float64)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from depthscale import ops
+
+
+def test_gelu_tanh_value_and_gradient_match_jax_gelu_in_float64():
+  with jax.enable_x64(True):
+    u = jnp.linspace(-6.0, 6.0, 241, dtype=jnp.float64)
+    ref = lambda v: jax.nn.gelu(v, approximate=True)
+    np.testing.assert_allclose(ops.gelu_tanh(u), ref(u), rtol=1e-14, atol=1e-14)
+    g = jax.grad(lambda v: jnp.sum(jnp.sin(v) * ops.gelu_tanh(v)))(u)
+    g_ref = jax.grad(lambda v: jnp.sum(jnp.sin(v) * ref(v)))(u)
+    np.testing.assert_allclose(g, g_ref, rtol=1e-12, atol=1e-12)
+
+
+def test_matmul_value_and_gradients_match_jnp_matmul_in_float64():
+  with jax.enable_x64(True):
+    kx, kw, kc = jax.random.split(jax.random.PRNGKey(0), 3)
+    x = jax.random.normal(kx, (2, 5, 3), jnp.float64)
+    w = jax.random.normal(kw, (3, 4), jnp.float64)
+    c = jax.random.normal(kc, (2, 5, 4), jnp.float64)
+    loss = lambda mm: lambda x, w: jnp.sum(c * mm(x, w) ** 2)
+    np.testing.assert_allclose(ops.matmul(x, w), x @ w, rtol=1e-13)
+    for got, want in zip(jax.grad(loss(ops.matmul), (0, 1))(x, w),
+                         jax.grad(loss(jnp.matmul), (0, 1))(x, w)):
+      np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_attention_is_causal_softmax_attention():
+  """Against a float64 masked softmax; jax's XLA path keeps its softmax in float32."""
+  with jax.enable_x64(True):
+    q, k, v = jax.random.normal(jax.random.PRNGKey(1), (3, 2, 6, 2, 4), jnp.float64)
+    s = jnp.einsum('bthe,bshe->bhts', q, k) / 2.0 + jnp.where(jnp.tri(6, dtype=bool), 0.0, -jnp.inf)
+    want = jnp.einsum('bhts,bshe->bthe', jax.nn.softmax(s, axis=-1), v)
+    np.testing.assert_allclose(ops.attention(q, k, v), want, rtol=1e-5, atol=1e-6)
