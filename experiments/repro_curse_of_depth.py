@@ -12,8 +12,8 @@ training; LayerNorm Scaling keeps it several times lower; the per-layer update r
 falls with depth. See notebooks/curse_of_depth.py for the measured numbers.
 """
 
-from depthscale.config import default_config
 from depthscale.ladder import Rung, cross
+from depthscale.notebook import study_config
 
 # name -> (L, D, heads, seq_len, batch, steps, seeds, log_every)
 SIZES = {
@@ -30,15 +30,11 @@ VARIANTS = {
 
 def get_config(arg: str | None = None):
   num_layers, d_model, heads, seq_len, batch, steps, _, log_every = SIZES[arg or 'cpu']
-  c = default_config()
-  c.model.num_layers, c.model.d_model, c.model.num_heads = num_layers, d_model, heads
+  c = study_config(arg, seq_len=seq_len, batch=batch, steps=steps, log_every=log_every,
+                   analyses=True,  # skip-layer, logit-lens and effective-depth analyses
+                   num_layers=num_layers, d_model=d_model, num_heads=heads)
   c.model.init_std = 0.02  # the authors' init (no depth-scaled init with LNS)
-  c.data.seq_len, c.data.batch_size, c.data.eval_batches = seq_len, batch, 2
-  c.train.steps, c.train.log_every = steps, log_every
-  c.train.eval_every = c.train.checkpoint_every = steps
-  c.metrics.analysis_every = steps  # skip-layer, logit-lens and effective-depth analyses at the end
-  c.metrics.images = 'smoke' not in (arg or '')  # TensorBoard heatmaps at the end (skipped in CI)
-  c.optim.lr, c.optim.warmup_steps = 1e-3 if arg == 'paper' else 3e-3, steps // 10
+  c.optim.lr = 1e-3 if arg == 'paper' else 3e-3
   return c
 
 

@@ -14,8 +14,8 @@ with depth under the standard parametrization and stays flat under depth-muP and
 CompleteP (the coordinate check); the best learning rate per depth is reported.
 """
 
-from depthscale.config import default_config
 from depthscale.ladder import Rung
+from depthscale.notebook import study_config
 
 L0 = 2  # base depth: every parametrization agrees at L = L0
 # name -> (D, heads, coord-check depths, sweep depths, learning rates, parametrizations,
@@ -31,16 +31,9 @@ SIZES = {
 
 def get_config(arg: str | None = None):
   d_model, heads, *_, seq_len, batch, steps, log_every = SIZES[arg or 'cpu']
-  c = default_config()
-  c.model.d_model, c.model.num_heads, c.model.num_layers = d_model, heads, L0
-  c.model.base_num_layers = L0
-  c.data.seq_len, c.data.batch_size, c.data.eval_batches = seq_len, batch, 2
-  c.train.steps, c.train.log_every = steps, log_every
-  c.train.eval_every = c.train.checkpoint_every = steps
-  c.metrics.analysis_every = 0  # no periodic analyses: this study reads the training logs
-  c.metrics.images = 'smoke' not in (arg or '')  # TensorBoard heatmaps at the end (skipped in CI)
+  c = study_config(arg, seq_len=seq_len, batch=batch, steps=steps, log_every=log_every,
+                   d_model=d_model, num_heads=heads, num_layers=L0, base_num_layers=L0)
   c.optim.lr = 1e-2
-  c.optim.warmup_steps = steps // 10
   return c
 
 

@@ -10,8 +10,8 @@ Expected result (measured, cpu): see notebooks/norm_free.py; DyT and Derf train 
 any normalization, and their saturation fraction per block is logged over training.
 """
 
-from depthscale.config import default_config
 from depthscale.ladder import Rung, cross
+from depthscale.notebook import study_config
 
 # name -> (L, D, heads, seq_len, batch, steps, seeds, log_every)
 SIZES = {
@@ -24,15 +24,8 @@ NORMS = {n: {'model.norm': n} for n in ('layernorm', 'dyt', 'derf')}
 
 def get_config(arg: str | None = None):
   num_layers, d_model, heads, seq_len, batch, steps, _, log_every = SIZES[arg or 'cpu']
-  c = default_config()
-  c.model.num_layers, c.model.d_model, c.model.num_heads = num_layers, d_model, heads
-  c.data.seq_len, c.data.batch_size, c.data.eval_batches = seq_len, batch, 2
-  c.train.steps, c.train.log_every = steps, log_every
-  c.train.eval_every = c.train.checkpoint_every = steps
-  c.metrics.analysis_every = 0  # no periodic analyses: this study reads the training logs
-  c.metrics.images = 'smoke' not in (arg or '')  # TensorBoard heatmaps at the end (skipped in CI)
-  c.optim.warmup_steps = steps // 10
-  return c
+  return study_config(arg, seq_len=seq_len, batch=batch, steps=steps, log_every=log_every,
+                      num_layers=num_layers, d_model=d_model, num_heads=heads)
 
 
 def get_ladder(arg: str | None = None):

@@ -11,8 +11,8 @@ Expected result (measured, cpu): Post-LN without warmup plateaus (not a NaN) far
 Pre-LN; the fixes (warmup, DeepNorm, Keel, Mix-LN) are reported in the notebook.
 """
 
-from depthscale.config import default_config
 from depthscale.ladder import Rung, cross
+from depthscale.notebook import study_config
 
 # name -> (L, D, heads, seq_len, batch, steps, seeds, log_every)
 SIZES = {
@@ -39,18 +39,13 @@ DEEP = ('post_ln', 'pre_ln', 'mix_ln', 'deepnorm', 'keel', 'peri_ln')  # smoke: 
 
 def get_config(arg: str | None = None):
   num_layers, d_model, heads, seq_len, batch, steps, _, log_every = SIZES[arg or 'cpu']
-  c = default_config()
-  c.model.num_layers, c.model.d_model, c.model.num_heads = num_layers, d_model, heads
+  c = study_config(arg, seq_len=seq_len, batch=batch, steps=steps, log_every=log_every,
+                   num_layers=num_layers, d_model=d_model, num_heads=heads)
+  if (arg or '').startswith('deep'):  # GPT-style init (DeepNorm brings its own), lr 1e-3
+    c.optim.lr = 1e-3
+    return c
   c.model.init_std = d_model ** -0.5  # Xavier scale of a square matrix (1/sqrt(D))
-  c.data.seq_len, c.data.batch_size, c.data.eval_batches = seq_len, batch, 2
-  c.train.steps, c.train.log_every = steps, log_every
-  c.train.eval_every = c.train.checkpoint_every = steps
-  c.metrics.analysis_every = 0  # no periodic analyses: this study reads the training logs
-  c.metrics.images = 'smoke' not in (arg or '')  # TensorBoard heatmaps at the end (skipped in CI)
   c.optim.lr, c.optim.warmup_steps, c.optim.schedule = 3e-3, 0, 'constant'
-  if (arg or '').startswith('deep'):
-    c.model.init_std = 0.02  # GPT-style init; DeepNorm brings its own
-    c.optim.lr, c.optim.warmup_steps, c.optim.schedule = 1e-3, steps // 10, 'cosine'
   return c
 
 

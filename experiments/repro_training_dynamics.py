@@ -12,8 +12,8 @@ until their warmup starts; LayerDrop makes skipping a single block cost less los
 LayerSkip brings the early layers' logit-lens predictions closer to the final ones.
 """
 
-from depthscale.config import default_config
 from depthscale.ladder import Rung, cross
+from depthscale.notebook import study_config
 
 # name -> (L, D, heads, seq_len, batch, steps, seeds, log_every)
 SIZES = {
@@ -36,15 +36,9 @@ def variants(arg: str | None) -> dict[str, dict]:
 
 def get_config(arg: str | None = None):
   num_layers, d_model, heads, seq_len, batch, steps, _, log_every = SIZES[arg or 'cpu']
-  c = default_config()
-  c.model.num_layers, c.model.d_model, c.model.num_heads = num_layers, d_model, heads
-  c.data.seq_len, c.data.batch_size, c.data.eval_batches = seq_len, batch, 2
-  c.train.steps, c.train.log_every = steps, log_every
-  c.train.eval_every = c.train.checkpoint_every = steps
-  c.metrics.analysis_every = steps  # the skip-layer and logit-lens analyses at the end
-  c.metrics.images = 'smoke' not in (arg or '')  # TensorBoard heatmaps at the end (skipped in CI)
-  c.optim.warmup_steps = steps // 10
-  return c
+  return study_config(arg, seq_len=seq_len, batch=batch, steps=steps, log_every=log_every,
+                      analyses=True,  # the skip-layer and logit-lens analyses
+                      num_layers=num_layers, d_model=d_model, num_heads=heads)
 
 
 def get_ladder(arg: str | None = None):

@@ -11,8 +11,8 @@ Expected result (measured, cpu): eval loss (d128, L2) < (d64, L8) < (d32, L32) a
 ~400k non-embedding budget, with gaps far beyond the seed spread.
 """
 
-from depthscale.config import default_config
 from depthscale.ladder import Rung, budget_sweep, cross
+from depthscale.notebook import study_config
 
 # name -> (budget, depths, head_dim, seq_len, batch, steps, seeds, log_every)
 SIZES = {
@@ -30,14 +30,7 @@ DESIGNS = {  # residual-stream designs, one seed each (all Pre-LN blocks)
 
 def get_config(arg: str | None = None):
   *_, seq_len, batch, steps, _, log_every = SIZES[arg or 'cpu']
-  c = default_config()
-  c.data.seq_len, c.data.batch_size, c.data.eval_batches = seq_len, batch, 2
-  c.train.steps, c.train.log_every = steps, log_every
-  c.train.eval_every = c.train.checkpoint_every = steps
-  c.metrics.analysis_every = 0  # no periodic analyses: this study reads the training logs
-  c.metrics.images = 'smoke' not in (arg or '')  # TensorBoard heatmaps at the end (skipped in CI)
-  c.optim.warmup_steps = steps // 10
-  return c
+  return study_config(arg, seq_len=seq_len, batch=batch, steps=steps, log_every=log_every)
 
 
 def get_ladder(arg: str | None = None):

@@ -50,17 +50,13 @@
 import matplotlib.pyplot as plt
 import numpy as np
 
-from depthscale import compare, notebook, results
-from depthscale.experiment import run_ladder
+from depthscale import compare, notebook
 
 SIZE = 'smoke' if notebook.smoke() else 'cpu'  # 'paper': the full-size ladder (accelerator)
 OUT = notebook.outputs('curse_of_depth')
 LADDER = f'{OUT}/runs_{SIZE}'
-rows = run_ladder(f'../experiments/repro_curse_of_depth.py:{SIZE}', LADDER)
-res = results.load(LADDER)
+rows, res, seeds = notebook.run(f'../experiments/repro_curse_of_depth.py:{SIZE}', LADDER)
 layers = res.layers
-rungs = sorted(layers.rung.unique())
-seeds = notebook.by_variant(rungs)
 variants = list(seeds)
 print('variants:', variants, '| seeds per variant:', len(seeds[variants[0]]))
 
@@ -159,14 +155,11 @@ notebook.save(fig, OUT, 'skip_delta_loss')
 # Spread of the per-block gradient norms (largest / smallest block) at init and trained.
 
 # %%
-fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
-for ax, step in zip(axes, ('first', 'last')):
-  for v in variants:
-    prof = notebook.profile(layers, seeds[v][0], 'grad_norm', step)
-    ax.semilogy(np.arange(1, len(prof) + 1), prof, marker='o', label=v)
-  ax.set(title=f'grad norm per block, {step} logged step', xlabel='block l')
-axes[0].legend()
-notebook.save(fig, OUT, 'grad_norm_profiles')
+first_seed = {v: rs[0] for v, rs in seeds.items()}
+for step in ('first', 'last'):
+  notebook.save(notebook.profiles_figure(layers, first_seed, 'grad_norm', step,
+                                         f'grad norm per block, {step} logged step'),
+                OUT, f'grad_norm_{step}')
 for v in variants:
   spread = [np.ptp(np.log10(notebook.profile(layers, r, 'grad_norm', 'last'))) for r in seeds[v]]
   print(f'{v:>10}: trained grad-norm spread across blocks, decades {notebook.mean_std(spread)}')
@@ -178,6 +171,7 @@ for v in variants:
 # %%
 table, pngs = compare.compare(LADDER, OUT)
 print(table)
+print('compare plots:', pngs)
 losses = {v: [r['eval_loss'] for r in rows if r['rung'] in seeds[v]] for v in variants}
 for v in variants:
   print(f'{v:>10}: final eval loss {notebook.mean_std(losses[v])}')

@@ -44,7 +44,6 @@
 
 # %%
 import matplotlib.pyplot as plt
-import numpy as np
 
 from depthscale import notebook
 from depthscale.coord_check import coord_check

@@ -41,18 +41,14 @@
 
 # %%
 import matplotlib.pyplot as plt
-import numpy as np
 
-from depthscale import notebook, results
-from depthscale.experiment import run_ladder
+from depthscale import notebook
 
 SIZE = 'smoke' if notebook.smoke() else 'cpu'  # 'paper': the full-size ladder (accelerator)
 OUT = notebook.outputs('norm_free')
 LADDER = f'{OUT}/runs_{SIZE}'
-rows = run_ladder(f'../experiments/repro_norm_free.py:{SIZE}', LADDER)
-res = results.load(LADDER)
+rows, res, seeds = notebook.run(f'../experiments/repro_norm_free.py:{SIZE}', LADDER)
 layers = res.layers
-seeds = notebook.by_variant(sorted(layers.rung.unique()))
 variants = list(seeds)
 print('variants:', variants, '| seeds per variant:', len(seeds[variants[0]]))
 
@@ -60,15 +56,7 @@ print('variants:', variants, '| seeds per variant:', len(seeds[variants[0]]))
 # ## 1. Loss curves (reported, not asserted)
 
 # %%
-scalars = res.scalars
-fig, ax = plt.subplots(figsize=(6, 3.8))
-for v in variants:
-  for i, r in enumerate(seeds[v]):
-    df = scalars[(scalars.rung == r) & (scalars.tag == 'train/loss')]
-    ax.plot(df.step, df.value, color=f'C{variants.index(v)}', label=v if i == 0 else None)
-ax.set(xlabel='step', ylabel='train loss', title='LayerNorm vs DyT vs Derf')
-ax.legend()
-notebook.save(fig, OUT, 'loss_curves')
+notebook.save(notebook.loss_curves(res.scalars, seeds, 'LayerNorm vs DyT vs Derf'), OUT, 'loss_curves')
 losses = {v: [r['eval_loss'] for r in rows if r['rung'] in seeds[v]] for v in variants}
 for v in variants:
   print(f'{v:>10}: final eval loss {notebook.mean_std(losses[v])}')
@@ -99,13 +87,9 @@ notebook.save(fig, OUT, 'saturation_heatmaps')
 # ## 3. Residual-stream variance by depth (reported)
 
 # %%
-fig, ax = plt.subplots(figsize=(5.5, 3.8))
-for v in variants:
-  prof = notebook.profile(layers, seeds[v][0], 'act_var', 'last')
-  ax.semilogy(np.arange(1, len(prof) + 1), prof, marker='o', label=v)
-ax.set(xlabel='block l', ylabel='act_var', title='stream variance, trained')
-ax.legend()
-notebook.save(fig, OUT, 'act_var')
+first_seed = {v: rs[0] for v, rs in seeds.items()}
+notebook.save(notebook.profiles_figure(layers, first_seed, 'act_var', 'last', 'stream variance, trained'),
+              OUT, 'act_var')
 
 # %% [markdown]
 # ## 4. Assertions on the mechanism

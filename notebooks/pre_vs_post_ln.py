@@ -51,17 +51,14 @@
 import matplotlib.pyplot as plt
 import numpy as np
 
-from depthscale import data, notebook, results
-from depthscale.experiment import resolve, run_ladder
+from depthscale import data, notebook
+from depthscale.experiment import resolve
 
 SIZE = 'smoke' if notebook.smoke() else 'cpu'  # 'paper': the full-size ladder (accelerator)
 OUT = notebook.outputs('pre_vs_post_ln')
 EXPERIMENT = f'../experiments/repro_pre_vs_post_ln.py:{SIZE}'
-LADDER = f'{OUT}/runs_{SIZE}'
-rows = run_ladder(EXPERIMENT, LADDER)
-layers = results.load(LADDER).layers
-rungs = sorted(layers.rung.unique())
-seeds = notebook.by_variant(rungs)
+rows, res, seeds = notebook.run(EXPERIMENT, f'{OUT}/runs_{SIZE}')
+layers = res.layers
 variants = list(seeds)
 print('variants:', variants, '| seeds per variant:', len(seeds[variants[0]]))
 
@@ -103,21 +100,8 @@ unigram_entropy = float(-(freq[freq > 0] * np.log(freq[freq > 0])).sum())
 print(f'unigram entropy {unigram_entropy:.3f} nats')
 
 
-def plot_loss_curves(ladder: str, groups: dict[str, list[str]], title: str):
-  """Train loss of every rung, one color per variant, with the unigram entropy."""
-  fig, ax = plt.subplots(figsize=(6, 3.8))
-  scalars = results.load(ladder).scalars
-  for i, (v, group) in enumerate(groups.items()):
-    for j, r in enumerate(group):
-      log = scalars[(scalars.rung == r) & (scalars.tag == 'train/loss')]
-      ax.plot(log.step, log.value, color=f'C{i}', label=v if j == 0 else None)
-  ax.axhline(unigram_entropy, color='k', ls='--', lw=1, label='unigram entropy')
-  ax.set(xlabel='step', ylabel='train loss', title=title)
-  ax.legend()
-  return fig
-
-
-notebook.save(plot_loss_curves(LADDER, seeds, 'lr 3e-3, Xavier-scale init, no warmup'), OUT, 'loss_curves')
+notebook.save(notebook.loss_curves(res.scalars, seeds, 'lr 3e-3, Xavier-scale init, no warmup',
+                                   ('unigram entropy', unigram_entropy)), OUT, 'loss_curves')
 
 final = {v: [r['eval_loss'] for r in rows if r['rung'] in seeds[v]] for v in variants}
 for v in variants:
@@ -131,13 +115,9 @@ for v in variants:
 # the placements against. A 50-step warmup does not remove the vanishing.
 
 # %%
-fig, ax = plt.subplots(figsize=(5.5, 3.8))
-for v in variants:
-  prof = notebook.profile(layers, seeds[v][0], 'grad_norm', 'last')
-  ax.semilogy(np.arange(1, len(prof) + 1), prof, marker='o', label=v)
-ax.set(xlabel='block l', ylabel='||grad of block l||', title='gradient norm per block, trained')
-ax.legend()
-notebook.save(fig, OUT, 'grad_norm_trained')
+first_seed = {v: rs[0] for v, rs in seeds.items()}
+notebook.save(notebook.profiles_figure(layers, first_seed, 'grad_norm', 'last',
+                                       'gradient norm per block, trained'), OUT, 'grad_norm_trained')
 vanish = {v: [g[0] / g[-1] for g in (notebook.profile(layers, r, 'grad_norm', 'last')
                                       for r in seeds[v])] for v in variants}
 for v in variants:
@@ -149,11 +129,10 @@ for v in variants:
 # GPT-style init, lr 1e-3 with a 10% warmup. Reported, not asserted.
 
 # %%
-DEEP = f'{OUT}/runs_deep_{SIZE}'
-deep_rows = run_ladder(f'../experiments/repro_pre_vs_post_ln.py:deep_{SIZE}', DEEP)
-deep_groups = notebook.by_variant(r['rung'] for r in deep_rows)
-notebook.save(plot_loss_curves(DEEP, deep_groups, f'L{deep_rows[0]["L"]}, d{deep_rows[0]["D"]}'),
-              OUT, 'deep_loss_curves')
+deep_rows, deep, deep_groups = notebook.run(f'../experiments/repro_pre_vs_post_ln.py:deep_{SIZE}',
+                                            f'{OUT}/runs_deep_{SIZE}')
+notebook.save(notebook.loss_curves(deep.scalars, deep_groups, f'L{deep_rows[0]["L"]}, d{deep_rows[0]["D"]}',
+                                   ('unigram entropy', unigram_entropy)), OUT, 'deep_loss_curves')
 for r in deep_rows:
   print(f'{notebook.variant(r["rung"]):>16} at L{r["L"]}: final eval loss {r["eval_loss"]:.3f} '
         f'(unigram entropy {unigram_entropy:.3f})')

@@ -46,16 +46,13 @@
 import matplotlib.pyplot as plt
 import numpy as np
 
-from depthscale import notebook, results
-from depthscale.experiment import run_ladder
+from depthscale import notebook
 
 SIZE = 'smoke' if notebook.smoke() else 'cpu'  # 'paper': the full-size ladder (accelerator)
 OUT = notebook.outputs('training_dynamics')
 LADDER = f'{OUT}/runs_{SIZE}'
-rows = run_ladder(f'../experiments/repro_training_dynamics.py:{SIZE}', LADDER)
-res = results.load(LADDER)
+rows, res, seeds = notebook.run(f'../experiments/repro_training_dynamics.py:{SIZE}', LADDER)
 layers = res.layers
-seeds = notebook.by_variant(sorted(layers.rung.unique()))
 variants = list(seeds)
 print('variants:', variants, '| seeds per variant:', len(seeds['pre_ln']))
 
