@@ -63,7 +63,7 @@ def model_loss(model: nn.Module, cfg, params, batch, step, rng, train: bool = Tr
     loss = jnp.sum(w[:-1] * exit_loss) + w[-1] * loss
   if not model.collect_stats:
     return loss, {}
-  return loss, {'layers': {**stats, **saturation_per_layer({'intermediates': sown})},
+  return loss, {'layers': {**stats, **saturation_per_layer(sown)},
                 'logit_max': jnp.max(logits)}
 
 
