@@ -114,6 +114,23 @@ def hybridnorm(x, s: Sublayer):
   return (jnp.where(first, x, z) if star else z) + s.branch(z)
 
 
+def branch_norm(f_BxTxD: jax.Array, a, eps: float) -> jax.Array:
+  """BN_t(F) = (F - mu_F) / (sigma_F^2 + eps)^((1 - a_t)/2), mean and variance per token over
+  D (RECONSTRUCTION: residual_params_dynamics.md section 9, the paper's equation unverified)."""
+  f32 = f_BxTxD.astype(jnp.float32)
+  mean = f32.mean(-1, keepdims=True)
+  var = jnp.square(f32 - mean).mean(-1, keepdims=True)
+  return ((f32 - mean) * jnp.power(var + eps, -(1.0 - a) / 2)).astype(f_BxTxD.dtype)
+
+
+def branchnorm(x, s: Sublayer):
+  """BranchNorm (Liu et al. 2023; RECONSTRUCTION, see branch_norm): Post-LN
+  Norm(x + BN_t(F(x))), a_t = min(t/T, 1) the per-layer scan input 'branchnorm_a'; the
+  branch is fully normalized at t = 0 and only centered (LN: vanilla Post-LN) for t >= T."""
+  a = s.layer['branchnorm_a'].astype(jnp.float32)
+  return s.norm('in')(x + branch_norm(s.branch(x), a, s.cfg.norm_eps))
+
+
 def simple_norm(x, s: Sublayer):
   """SimpleGPT (Chen et al. 2026; spec 16): x + F(x), RMSNorm after every linear inside F."""
   return x + s.branch(x)
@@ -169,6 +186,7 @@ PLACEMENTS: dict[str, Placement] = {
     'hybridnorm_star': Placement(hybridnorm, final_norm=True,
                                  init=out_scaled_init(('o', 'down')), inner=frozenset({'qkv'})),
     'keel': Placement(keel, final_norm=False),
+    'branchnorm': Placement(branchnorm, final_norm=False),
     'ngpt': Placement(ngpt.update, final_norm=False, inner=frozenset({'ngpt'})),
     'simple_norm': Placement(simple_norm, final_norm=True, init=simple_norm_init,
                              inner=frozenset({'linear'})),
@@ -199,14 +217,16 @@ def num_post_blocks(cfg) -> int:
 
 def layer_schedule(cfg) -> dict[str, jax.Array]:
   """Per-layer inputs of the scan, each of length L: the 1-based block index, the LNS
-  factor 1/sqrt(l) (1 without model.ln_scaling), Mix-LN's Post-LN flag and the skip
-  multiplier alpha."""
+  factor 1/sqrt(l) (1 without model.ln_scaling), Mix-LN's Post-LN flag, the skip
+  multiplier alpha and BranchNorm's a_t at t >= T (1; depthscale.dynamics.layer_inputs
+  overrides it during training and evaluation)."""
   index = jnp.arange(1, cfg.num_layers + 1, dtype=jnp.int32)
   ones = jnp.ones((cfg.num_layers,), jnp.float32)
   return {'index': index,
           'ln_scale': jax.lax.rsqrt(index.astype(jnp.float32)) if cfg.ln_scaling else ones,
           'post': index <= num_post_blocks(cfg),
-          'skip_alpha': ones * skip_alpha(cfg)}
+          'skip_alpha': ones * skip_alpha(cfg),
+          'branchnorm_a': ones}
 
 
 def sublayer_factory(module: nn.Module, cfg, layer: dict, carry: dict):

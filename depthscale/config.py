@@ -92,7 +92,7 @@ def default_config() -> ConfigDict:
   o.min_lr_ratio = 0.1  # final lr / peak lr for cosine, linear and wsd
   o.decay_fraction = 0.2  # wsd: fraction of steps spent decaying
   o.weight_decay = 0.1  # AdamW decoupled weight decay
-  o.decay_norms = False  # apply weight decay to norm gains and biases
+  o.decay_norms = False  # apply weight decay to norm gains, biases and other scalars / vectors
   o.decay_embeddings = False  # apply weight decay to embeddings
   o.decay_residual = False  # apply weight decay to residual-design weights (HC, DWA, ...; toward their init)
   o.clip_norm = 1.0  # global gradient-norm clip (0 = off)
@@ -120,6 +120,7 @@ def default_config() -> ConfigDict:
   t.prores = 'none'  # ProRes schedule: see depthscale.dynamics.PRORES
   t.prores_warmup_steps = 0  # ProRes W: total warmup steps (layer l done at ~W l / L)
   t.prores_value = 'zero'  # ProRes stagewise floor / fix constant: zero, inv_L, inv_sqrt_L, inv_sqrt_l
+  t.branchnorm_steps = 0  # BranchNorm (spec's RECONSTRUCTION) T, the maximum norm step; >= 1 with it
   t.layerdrop = 0.0  # LayerDrop p: skip each block with probability p per batch
   t.layerskip_p_max = 0.0  # LayerSkip per-sample layer-dropout rate of the last block (0 = off)
   t.layerskip_curriculum = 'exp'  # LayerSkip time curriculum: 'exp' (from scratch) or 'none'
@@ -221,6 +222,10 @@ def _validate_params_dynamics(cfg: ConfigDict) -> None:
           f'at least model.num_layers={m.num_layers} when train.prores is set')
   if t.prores == 'fix' and t.prores_value == 'zero':
     _fail('train.prores_value', t.prores_value, "inv_L, inv_sqrt_L or inv_sqrt_l with train.prores='fix'")
+  if m.block == 'branchnorm' and t.branchnorm_steps < 1:
+    _fail('train.branchnorm_steps', t.branchnorm_steps, 'an integer >= 1 with model.block=branchnorm')
+  if m.block == 'branchnorm' and m.norm != 'layernorm':
+    _fail('model.norm', m.norm, "'layernorm' with model.block=branchnorm (its t >= T limit is Post-LN)")
   check_choice('train.layerskip_curriculum', t.layerskip_curriculum, dynamics.LAYERSKIP_CURRICULA)
   for f in ('layerdrop', 'layerskip_p_max'):
     if not 0 <= t[f] < 1:

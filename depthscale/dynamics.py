@@ -1,6 +1,6 @@
 """Training-dynamics methods that act through per-layer scan inputs or LR multipliers:
-ProRes (progressive residual warmup), LayerDrop, LayerSkip's layer dropout and the
-upper-layer Q/K learning-rate slow-down. Every function is jittable in the step count t
+ProRes (progressive residual warmup), BranchNorm's step-dependent exponent, LayerDrop,
+LayerSkip's layer dropout and the upper-layer Q/K learning-rate slow-down. Every function is jittable in the step count t
 (the number of optimizer updates already applied).
 """
 
@@ -69,17 +69,36 @@ def layerskip_rates(cfg, t) -> jax.Array:
   return jnp.clip(time * depth * cfg.train.layerskip_p_max, 0.0, 1.0)
 
 
-def uses_layer_inputs(cfg) -> bool:
-  """Whether any method needs dynamic per-layer scan inputs."""
+def branchnorm_a(cfg, t) -> jax.Array:
+  """BranchNorm's a_t = min(t / T, 1) for every layer (T = train.branchnorm_steps)."""
+  a = jnp.minimum(jnp.asarray(t, jnp.float32) / cfg.train.branchnorm_steps, 1.0)
+  return jnp.full((cfg.model.num_layers,), a, jnp.float32)
+
+
+def _uses_branch_mult(cfg) -> bool:
   t = cfg.train
   return t.prores != 'none' or t.layerdrop > 0 or t.layerskip_p_max > 0
 
 
+def uses_layer_inputs(cfg) -> bool:
+  """Whether any method needs dynamic per-layer scan inputs."""
+  return _uses_branch_mult(cfg) or cfg.model.block == 'branchnorm'
+
+
 def layer_inputs(cfg, t, rng, batch_size: int, train: bool) -> dict | None:
-  """Dynamic per-layer scan inputs: {'branch_mult': (L,) or (L, B)}, the product of the
-  ProRes alpha and (in training) the LayerDrop / LayerSkip keep masks; None if unused."""
-  if not uses_layer_inputs(cfg):
-    return None
+  """Dynamic per-layer scan inputs: 'branch_mult' ((L,) or (L, B)), the product of the
+  ProRes alpha and (in training) the LayerDrop / LayerSkip keep masks, and BranchNorm's
+  'branchnorm_a' (L,); None if no method needs them."""
+  out = {}
+  if cfg.model.block == 'branchnorm':
+    out['branchnorm_a'] = branchnorm_a(cfg, t)
+  if _uses_branch_mult(cfg):
+    out['branch_mult'] = _branch_mult(cfg, t, rng, batch_size, train)
+  return out or None
+
+
+def _branch_mult(cfg, t, rng, batch_size: int, train: bool) -> jax.Array:
+  """ProRes alpha times (in training) the LayerDrop / LayerSkip keep masks."""
   n = cfg.model.num_layers
   mult = prores_alpha(cfg, t)
   if train and cfg.train.layerdrop > 0:  # Fan et al. 2019: one draw per layer per batch
@@ -88,7 +107,7 @@ def layer_inputs(cfg, t, rng, batch_size: int, train: bool) -> dict | None:
   if train and cfg.train.layerskip_p_max > 0:  # per sample, no rescaling
     u = jax.random.uniform(jax.random.fold_in(jax.random.fold_in(rng, _SKIP_TAG), t), (n, batch_size))
     mult = mult[:, None] * (u >= layerskip_rates(cfg, t)[:, None])
-  return {'branch_mult': mult.astype(jnp.float32)}
+  return mult.astype(jnp.float32)
 
 
 def qk_slow_factor(cfg, t) -> jax.Array:

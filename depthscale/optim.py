@@ -34,34 +34,44 @@ def schedule(cfg) -> optax.Schedule:
   return optax.join_schedules([warm, after], [o.warmup_steps])
 
 
-def param_kind(path) -> str:
-  """'embedding', 'residual' (residual-design weights, modules named res_*), 'norm' (gains
-  and biases) or 'matrix' for a parameter's tree path."""
-  keys = [str(getattr(k, 'key', k)) for k in path]
+def _keys(path) -> list[str]:
+  return [str(getattr(k, 'key', k)) for k in path]
+
+
+def per_layer_rank(path, leaf) -> int:
+  """The rank of one layer's slice: under 'blocks' the leading axis is the scanned layer axis."""
+  return len(leaf.shape) - (1 if _keys(path)[0] == 'blocks' else 0)
+
+
+def param_kind(path, leaf) -> str:
+  """'embedding', 'residual' (residual-design weights, modules named res_*), 'matrix' (per-layer
+  rank >= 2) or 'norm' (norm parameters, learned scales such as nGPT's s_qk (H, E) and
+  s_u, s_v (2, F), and every other scalar or vector: gates, gains, alphas)."""
+  keys = _keys(path)
   if keys[0] in EMBEDDING_PARAMS:
     return 'embedding'
   if any(k.startswith('res_') for k in keys):
     return 'residual'
-  if any('norm' in k for k in keys) or keys[-1] in ('scale', 'bias'):
+  if any('norm' in k for k in keys) or keys[-1] in ('scale', 'bias') or keys[-1].endswith('_scale'):
     return 'norm'
-  return 'matrix'
+  return 'matrix' if per_layer_rank(path, leaf) >= 2 else 'norm'
 
 
 def decay_mask(cfg, params):
   """True where AdamW applies weight decay."""
-  return jax.tree_util.tree_map_with_path(lambda path, _: _decays(cfg, path), params)
+  return jax.tree_util.tree_map_with_path(lambda path, p: _decays(cfg, path, p), params)
 
 
-def _decays(cfg, path) -> bool:
-  kind = param_kind(path)
+def _decays(cfg, path, leaf) -> bool:
+  kind = param_kind(path, leaf)
   return (kind == 'matrix' or (kind == 'norm' and cfg.optim.decay_norms)
           or (kind == 'embedding' and cfg.optim.decay_embeddings)
           or (kind == 'residual' and cfg.optim.decay_residual))
 
 
-def _label(cfg, path) -> str:
+def _label(cfg, path, leaf) -> str:
   """Adam group of a parameter: its parametrization group and whether it decays."""
-  return pz.param_group(path) + ('/decay' if _decays(cfg, path) else '')
+  return pz.param_group(path, leaf) + ('/decay' if _decays(cfg, path, leaf) else '')
 
 
 def _adam_groups(cfg) -> dict[str, optax.GradientTransformation]:
@@ -82,8 +92,8 @@ def lr_multipliers(cfg, step, params):
   qk = dynamics.qk_slow_factor(cfg, step) if cfg.optim.qk_slow_factor != 1 else None
 
   def mult(path, p):
-    m = pz.lr_mult(cfg.model, pz.param_group(path))
-    keys = [str(getattr(k, 'key', k)) for k in path]
+    m = pz.lr_mult(cfg.model, pz.param_group(path, p))
+    keys = _keys(path)
     if qk is None or keys[0] != 'blocks' or keys[-1] not in ('q', 'kv'):
       return jnp.asarray(m, jnp.float32)
     per_layer = qk.reshape((-1,) + (1,) * (p.ndim - 1))
@@ -115,7 +125,7 @@ def make_optimizer(cfg) -> optax.GradientTransformation:
   o = cfg.optim
   parts = [optax.clip_by_global_norm(o.clip_norm)] if o.clip_norm else []
   parts += [optax.multi_transform(_adam_groups(cfg), lambda params: jax.tree_util.tree_map_with_path(
-                lambda path, _: _label(cfg, path), params)),
+                lambda path, p: _label(cfg, path, p), params)),
             scale_by_multipliers(lambda step, params: lr_multipliers(cfg, step, params))]
   if o.llr:
     parts.append(llr.scale_by_llr(cfg))

@@ -153,11 +153,12 @@ def scaled_normal(std) -> Callable:
 GROUPS = ('embedding', 'outer', 'hidden_matrix', 'hidden_vector')
 
 
-def param_group(path) -> str:
-  """'embedding' (embeddings, untied head), 'outer' (final norm), 'hidden_matrix' or
-  'hidden_vector' (norm gains and biases inside the blocks)."""
+def param_group(path, leaf) -> str:
+  """'embedding' (embeddings, untied head), 'outer' (final norm, other parameters outside the
+  blocks), 'hidden_matrix' (per-layer rank >= 2) or 'hidden_vector' (norm gains and biases,
+  gates and other scalars or vectors inside the blocks): see depthscale.optim.param_kind."""
   from depthscale.optim import param_kind  # pylint: disable=import-outside-toplevel
-  kind = param_kind(path)
+  kind = param_kind(path, leaf)
   if kind == 'embedding':
     return 'embedding'
   if str(getattr(path[0], 'key', path[0])) != 'blocks':

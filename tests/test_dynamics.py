@@ -1,5 +1,5 @@
-"""Training dynamics (ProRes, LayerDrop, LayerSkip, Q/K slow-down, LLR) by their defining
-properties, and every method of this issue trains 20 steps with a finite loss."""
+"""Training dynamics (ProRes, BranchNorm, LayerDrop, LayerSkip, Q/K slow-down, LLR) by their
+defining properties, and every method of this issue trains 20 steps with a finite loss."""
 
 import math
 
@@ -9,8 +9,8 @@ import numpy as np
 import optax
 import pytest
 
-from depthscale import data, dynamics, llr
-from depthscale.model import Transformer, make_model
+from depthscale import blocks, config, data, dynamics, llr
+from depthscale.model import Transformer, apply_unrolled, make_model
 from depthscale.optim import lr_multipliers, make_optimizer, schedule
 from depthscale.steps import early_exit_weights, init_state, make_train_step
 from tests.conftest import tiny_config
@@ -50,6 +50,46 @@ def test_prores_schedules():
   np.testing.assert_allclose(dynamics.prores_alpha(cfg, 15), [1, 1 / 3 + 2 / 3 * 0.5, 1 / 3], rtol=1e-6)
   cfg.train.prores, cfg.train.prores_value = 'fix', 'inv_sqrt_l'
   np.testing.assert_allclose(dynamics.prores_alpha(cfg, 3), 1 / np.sqrt([1, 2, 3]), rtol=1e-6)
+
+
+def _bn_reference(f, a, eps):
+  """BN_t(F) in float64 (spec 9 reconstruction): (F - mean) / (var + eps)^((1 - a)/2)."""
+  f = np.asarray(f, np.float64)
+  c = f - f.mean(-1, keepdims=True)
+  return c / (np.square(c).mean(-1, keepdims=True) + eps) ** ((1 - a) / 2)
+
+
+def test_branchnorm_normalizes_the_branch_at_step0_and_is_post_ln_after_T():
+  """Block level: the sublayer's update before the norm is BN_t(F) (float64 reference): unit
+  variance per token at t = 0, only centered for t >= T. Model level: t >= T equals Post-LN
+  with the same parameters; scanned = unrolled with the step's inputs."""
+  cfg = tiny_config(**{'model.block': 'branchnorm', 'train.branchnorm_steps': 10})
+  x = jax.random.normal(jax.random.PRNGKey(2), (2, 5, 32))
+  for t, a in ((0, 0.0), (4, 0.4), (10, 1.0), (25, 1.0)):
+    layer = {'branchnorm_a': dynamics.branchnorm_a(cfg, t)[0]}
+    sub = blocks.Sublayer('attn', lambda h: 3.0 * h + 1.0, lambda role: (lambda y: y), layer,
+                          cfg.model)
+    update = np.asarray(blocks.branchnorm(x, sub) - x)
+    np.testing.assert_allclose(update, _bn_reference(3.0 * x + 1.0, a, cfg.model.norm_eps),
+                               rtol=1e-5, atol=1e-5)
+    if t == 0:
+      np.testing.assert_allclose(update.mean(-1), 0, atol=1e-5)
+      np.testing.assert_allclose(update.var(-1), 1, rtol=1e-3)
+  model, params, tokens = _setup(cfg)
+  post, _ = make_model(tiny_config(**{'model.block': 'post_ln'})).apply({'params': params}, tokens)
+  apply = jax.jit(model.apply)
+  for t in (0, 5, 10, 15):
+    inputs = dynamics.layer_inputs(cfg, t, jax.random.PRNGKey(0), 2, False)
+    logits, _ = apply({'params': params}, tokens, inputs)
+    np.testing.assert_allclose(apply_unrolled(model, params, tokens, inputs), logits, atol=1e-5)
+    if t >= 10:
+      np.testing.assert_allclose(logits, post, rtol=1e-5, atol=1e-5)
+    else:
+      assert np.abs(np.asarray(logits - post)).max() > 1e-3
+  for field, value in (('train.branchnorm_steps', 0), ('model.norm', 'rmsnorm')):
+    with pytest.raises(config.ConfigError, match=field):
+      config.validate(tiny_config(**{'model.block': 'branchnorm', 'train.branchnorm_steps': 10,
+                                     field: value}))
 
 
 def test_layerdrop_p0_equals_base_and_a_dropped_block_is_skipped():
@@ -150,6 +190,7 @@ METHODS = {
         'model.parametrization': 'completep', 'model.base_num_layers': 1,
         'model.base_d_model': 16, 'model.init': 'deepnorm', 'train.layerskip_p_max': 0.2,
         'train.early_exit_scale': 0.2},
+    'branchnorm': {'model.block': 'branchnorm', 'train.branchnorm_steps': 10},
     'deepscalelm+llr': {'model.init': 'deepscalelm', 'optim.llr': True, 'optim.llr_every': 5,
                         'optim.llr_fraction': 0.5, 'optim.llr_transition_steps': 3},
 }

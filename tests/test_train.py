@@ -86,3 +86,44 @@ def test_weight_decay_mask():
   assert mask['blocks']['attn']['q'] and mask['blocks']['mlp']['wo']
   assert not mask['embedding'] and not mask['final_norm']['scale']
   assert not mask['blocks']['attn_norm']['bias']
+
+
+# config -> scalar / vector parameters (tree paths) without 'norm' in their names
+NO_DECAY_CASES = {
+    'gpas+dyt': ({'model.block': 'post_ln', 'model.gpas': True, 'model.gpas_share_per_block': False,
+                  'model.norm': 'dyt'}, ["['blocks']['attn_gpas_gate']", "['embed_scale']"]),
+    'normformer': ({'model.block': 'normformer', 'model.normformer_resid_scale': True},
+                   ["['blocks']['attn']['head_scale']", "['blocks']['mlp_resid_scale']"]),
+    'ngpt': ({'model.block': 'ngpt', 'model.mlp': 'swiglu', 'model.tie_embeddings': False},
+             ["['blocks']['attn_alpha']", "['blocks']['mlp_alpha']",
+              "['blocks']['attn']['qk_scale']", "['blocks']['mlp']['uv_scale']", "['logit_scale']"]),
+    'layer_rope+henry': ({'model.layer_rope': True, 'model.qk_norm': 'l2_learned_scale',
+                          'model.parametrization': 'mup'},
+                         ["['layer_rope_gain']", "['blocks']['attn']['qk_scale']"]),
+}
+
+
+@pytest.mark.parametrize('case', list(NO_DECAY_CASES))
+def test_weight_decay_only_on_matrices(case):
+  """No parameter with per-layer rank < 2 (the leading axis under 'blocks' is the layer axis)
+  decays; hidden matrices do, and they alone form muP's 'hidden_matrix' group."""
+  from depthscale.optim import decay_mask, per_layer_rank
+  from depthscale.parametrization import param_group
+  overrides, named = NO_DECAY_CASES[case]
+  cfg = tiny_config(**overrides)
+  model = make_model(cfg)
+  params = jax.eval_shape(
+      lambda: init_state(model, optax.identity(), 0, cfg.data.seq_len))['params']
+  leaves = jax.tree_util.tree_flatten_with_path(params)[0]
+  mask = jax.tree.leaves(decay_mask(cfg, params))
+  decays = dict(zip((jax.tree_util.keystr(p) for p, _ in leaves), mask))
+  no_decay = {name for name, d in decays.items() if not d}
+  assert set(named) <= no_decay, set(named) - no_decay
+  for path, leaf in leaves:
+    name = jax.tree_util.keystr(path)
+    if per_layer_rank(path, leaf) < 2:
+      assert name in no_decay, name
+    if name.startswith("['blocks']"):
+      assert (param_group(path, leaf) == 'hidden_matrix') == decays[name], name
+  for name in ('q', 'kv', 'o'):
+    assert decays[f"['blocks']['attn']['{name}']"]
