@@ -5,11 +5,14 @@ blocks contribute little; LayerNorm Scaling (pre-norm outputs times 1/sqrt(l)) a
 Run (arg = smoke | cpu | paper; default cpu):
   python -m depthscale.main --config=experiments/repro_curse_of_depth.py:cpu --workdir=runs/curse_of_depth
 
-Runtime: cpu (9 rungs: 3 variants x 3 seeds, L16 d64, 300 steps) about 8 minutes on a
-2-core CPU; smoke (3 rungs, L8 d32, 60 steps) about 25 s.
-Expected result (measured, cpu): Pre-LN act_var grows with depth at step 0 and after
-training; LayerNorm Scaling keeps it several times lower; the per-layer update ratio
-falls with depth. See notebooks/curse_of_depth.py for the measured numbers.
+Runtime: cpu (9 rungs: 3 variants x 3 seeds, L16 d64, 300 steps, analyses at the end)
+measured ~4 min per rung on a shared 2-core machine (load ~8), ~35 min in all; an idle
+machine should take roughly a third of that (estimate). smoke: 3 rungs of L8 d32.
+Expected result (measured, cpu, Pre-LN over 3 seeds, LNS over 1): Pre-LN act_var of the
+last block / the first is 14.9 +- 0.5 at init and 59 +- 7 after training (LNS: 3.0 and
+6.1); the update ratio of the last 4 blocks / block 2 is 0.14 +- 0.03; skipping one of
+the first 4 blocks costs 0.57 +- 0.06 nats, one of the last 8 0.009 +- 0.004. Eval loss:
+Pre-LN 2.35 +- 0.02, LNS 2.36 (no gain at this size).
 """
 
 from depthscale.ladder import Rung, cross
