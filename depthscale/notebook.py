@@ -1,0 +1,145 @@
+"""Helpers of the paper notebooks (notebooks/*.py): the smoke switch, output folders,
+per-layer profiles from `depthscale.results.load(DIR).layers`, gradient norms at init
+without a training run, and figure saving."""
+
+from __future__ import annotations
+
+import os
+import re
+
+import numpy as np
+import pandas as pd
+
+SMOKE_ENV = 'DEPTHSCALE_SMOKE'  # '1': every run shrinks so a notebook runs in CI in seconds
+OUTPUTS_ENV = 'DEPTHSCALE_NOTEBOOK_OUTPUTS'  # where runs and PNGs go (default: outputs/)
+
+
+def study_config(arg: str | None, *, seq_len: int, batch: int, steps: int, log_every: int,
+                 analyses: bool = False, **model):
+  """default_config() with the recipe every notebook ladder (experiments/repro_*.py) shares:
+  the given data shape and length, a 10% warmup, one eval and one checkpoint at the end,
+  the periodic analyses only at the end and only if asked, TensorBoard images except in
+  smoke sizes; `model` sets model fields (num_layers=16, d_model=64, ...)."""
+  from depthscale.config import default_config  # pylint: disable=import-outside-toplevel
+  c = default_config()
+  for field, value in model.items():
+    c.model[field] = value
+  c.data.seq_len, c.data.batch_size, c.data.eval_batches = seq_len, batch, 2
+  c.train.steps, c.train.log_every = steps, log_every
+  c.train.eval_every = c.train.checkpoint_every = steps
+  c.metrics.analysis_every = steps if analyses else 0
+  c.metrics.images = 'smoke' not in (arg or '')
+  c.optim.warmup_steps = steps // 10
+  return c
+
+
+def smoke() -> bool:
+  """True when DEPTHSCALE_SMOKE=1: the notebook runs its smallest size."""
+  return os.environ.get(SMOKE_ENV, '') == '1'
+
+
+def outputs(name: str) -> str:
+  """The notebook's output folder (created): $DEPTHSCALE_NOTEBOOK_OUTPUTS/name or outputs/name."""
+  path = os.path.join(os.environ.get(OUTPUTS_ENV, 'outputs'), name)
+  os.makedirs(path, exist_ok=True)
+  return path
+
+
+def run(experiment: str, ladder_dir: str):
+  """Trains the ladder (finished rungs are reused) and loads it: (run_ladder's table rows,
+  depthscale.results.Results, variant -> its rungs)."""
+  from depthscale import results  # pylint: disable=import-outside-toplevel
+  from depthscale.experiment import run_ladder  # pylint: disable=import-outside-toplevel
+  rows = run_ladder(experiment, ladder_dir)
+  return rows, results.load(ladder_dir), by_variant(r['rung'] for r in rows)
+
+
+def loss_curves(scalars: pd.DataFrame, groups: dict[str, list[str]], title: str,
+                reference: tuple[str, float] | None = None):
+  """Figure of train loss vs step from a Results.scalars table, one color per variant
+  (all its rungs), with an optional horizontal reference line (label, value)."""
+  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+  fig, ax = plt.subplots(figsize=(6, 3.8))
+  for i, (name, rungs) in enumerate(groups.items()):
+    for j, r in enumerate(rungs):
+      log = scalars[(scalars.rung == r) & (scalars.tag == 'train/loss')]
+      ax.plot(log.step, log.value, color=f'C{i}', label=name if j == 0 else None)
+  if reference:
+    ax.axhline(reference[1], color='k', ls='--', lw=1, label=reference[0])
+  ax.set(xlabel='step', ylabel='train loss', title=title)
+  ax.legend()
+  return fig
+
+
+def profile(layers: pd.DataFrame, rung: str, metric: str, step: int | str = 'last') -> np.ndarray:
+  """One metric per layer (block 1 first) of one rung at a logged step ('first', 'last' or
+  a step number), from the long table (rung, step, metric, layer, value)."""
+  df = layers[(layers.rung == rung) & (layers.metric == metric)]
+  if df.empty:
+    raise KeyError(f'no {metric!r} logged for rung {rung!r}')
+  at = {'first': df.step.min(), 'last': df.step.max()}.get(step, step)
+  return df[df.step == at].sort_values('layer').value.to_numpy()
+
+
+def init_grad_norms(cfg, seeds: list[int] | None = None) -> np.ndarray:
+  """Per-block gradient norms at init on the first training batch, one row per seed
+  (default cfg.train.seed), block 1 first: the `grad_norm` of a run's step-0 record, for
+  one compile instead of a training run per seed."""
+  import jax  # pylint: disable=import-outside-toplevel
+  import optax  # pylint: disable=import-outside-toplevel
+  from depthscale import data  # pylint: disable=import-outside-toplevel
+  from depthscale.model import make_model  # pylint: disable=import-outside-toplevel
+  from depthscale.stats import per_layer_norm  # pylint: disable=import-outside-toplevel
+  from depthscale.steps import init_state, weighted_loss  # pylint: disable=import-outside-toplevel
+  model = make_model(cfg)
+
+  @jax.jit
+  def grad_norms(params, batch):
+    loss = lambda p: weighted_loss(model.apply({'params': p}, batch['inputs'])[0], batch)
+    return per_layer_norm(jax.grad(loss)(params)['blocks'])
+
+  init = jax.jit(init_state, static_argnums=(0, 1, 3))
+  rows = []
+  for seed in seeds if seeds is not None else [cfg.train.seed]:
+    params = init(model, optax.identity(), seed, cfg.data.seq_len)['params']
+    rows.append(np.asarray(grad_norms(params, next(data.train_iterator(cfg.data, seed)))))
+  return np.stack(rows)
+
+
+def profiles_figure(layers: pd.DataFrame, rungs: dict[str, str], metric: str, step, title: str):
+  """Figure of one metric per block (log scale) at a logged step, one line per labelled rung."""
+  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+  fig, ax = plt.subplots(figsize=(5.5, 3.8))
+  for label, rung in rungs.items():
+    prof = profile(layers, rung, metric, step)
+    ax.semilogy(np.arange(1, len(prof) + 1), prof, marker='o', label=label)
+  ax.set(xlabel='block l', ylabel=metric, title=title)
+  ax.legend()
+  return fig
+
+
+def variant(rung: str) -> str:
+  """The variant of a rung named '<variant>_s<seed>[_<shape>]' (the seed and shape dropped)."""
+  return re.sub(r'_s\d+(_.*)?$', '', rung)
+
+
+def by_variant(rungs) -> dict[str, list[str]]:
+  """Variant -> its rungs (all seeds and shapes), in first-seen order."""
+  out: dict[str, list[str]] = {}
+  for r in rungs:
+    out.setdefault(variant(r), []).append(r)
+  return out
+
+
+def mean_std(values) -> str:
+  """'mean ± std' (std over seeds, ddof 1; '± n/a' with one value)."""
+  v = np.asarray(values, dtype=float)
+  spread = f'{v.std(ddof=1):.3g}' if v.size > 1 else 'n/a'
+  return f'{v.mean():.3g} ± {spread}'
+
+
+def save(fig, out_dir: str, name: str) -> str:
+  """Writes the figure as out_dir/name.png (150 dpi) and returns the path."""
+  path = os.path.join(out_dir, f'{name}.png')
+  fig.savefig(path, dpi=150, bbox_inches='tight')
+  return path

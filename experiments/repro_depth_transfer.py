@@ -1,0 +1,44 @@
+"""Hyperparameter transfer across depth: a coordinate check and an LR sweep over a depth
+ladder under the standard parametrization, depth-muP (branches times (L/L0)^-1/2) and
+CompleteP ((L/L0)^-1, hidden Adam LR unchanged). Backs notebooks/depth_transfer.py.
+
+Run (arg = smoke | cpu | paper; default cpu):
+  python -m depthscale.main --config=experiments/repro_depth_transfer.py:cpu --workdir=runs/depth_transfer
+  python -m depthscale.coord_check --config=experiments/repro_depth_transfer.py:cpu --vary=num_layers \
+      --values=2,4,8,16 --out=runs/coord --config.model.parametrization=completep
+
+Runtime: see notebooks/depth_transfer.py and the README (cpu: 3 parametrizations x 4
+depths x 4 learning rates, d32, 200 steps).
+Expected result (measured, cpu): after a few steps the last block's activation RMS grows
+with depth under the standard parametrization and stays flat under depth-muP and
+CompleteP (the coordinate check); the best learning rate per depth is reported.
+"""
+
+from depthscale.ladder import Rung
+from depthscale.notebook import study_config
+
+L0 = 2  # base depth: every parametrization agrees at L = L0
+# name -> (D, heads, coord-check depths, sweep depths, learning rates, parametrizations,
+#          seq_len, batch, steps, log_every)
+SIZES = {
+    'smoke': (32, 1, [2, 16], [8], [1e-2], ('standard', 'completep'), 32, 8, 20, 10),
+    'cpu': (32, 1, [2, 4, 8, 16], [2, 4, 8, 16], [1e-3, 3e-3, 1e-2, 3e-2],
+            ('standard', 'depth_mup', 'completep'), 64, 16, 200, 50),
+    'paper': (1024, 16, [2, 8, 32, 128], [2, 4, 8, 16, 32, 64, 128], [2 ** -k for k in range(4, 12)],
+              ('standard', 'depth_mup', 'completep'), 2048, 256, 20000, 500),
+}
+
+
+def get_config(arg: str | None = None):
+  d_model, heads, *_, seq_len, batch, steps, log_every = SIZES[arg or 'cpu']
+  c = study_config(arg, seq_len=seq_len, batch=batch, steps=steps, log_every=log_every,
+                   d_model=d_model, num_heads=heads, num_layers=L0, base_num_layers=L0)
+  c.optim.lr = 1e-2
+  return c
+
+
+def get_ladder(arg: str | None = None):
+  _, _, _, depths, lrs, params, *_ = SIZES[arg or 'cpu']
+  return [Rung(f'{p}_s0_L{l}_lr{lr:g}', {'model.parametrization': p, 'model.num_layers': l,
+                                         'optim.lr': lr})
+          for p in params for l in depths for lr in lrs]

@@ -1,0 +1,46 @@
+"""Training-dynamics methods seen through per-layer metrics: ProRes (progressive residual
+warmup, deeper blocks later), LayerDrop (random block skipping) and LayerSkip (depth-
+increasing layer dropout plus an early-exit loss). Backs notebooks/training_dynamics.py.
+
+Run (arg = smoke | cpu | paper; default cpu):
+  python -m depthscale.main --config=experiments/repro_training_dynamics.py:cpu --workdir=runs/training_dynamics
+
+Runtime: see notebooks/training_dynamics.py and the README (cpu: 4 variants x 3 seeds,
+L8 d64, 300 steps).
+Expected result (measured, cpu): under ProRes the deep blocks' update ratio stays near 0
+until their warmup starts; LayerDrop makes skipping a single block cost less loss;
+LayerSkip brings the early layers' logit-lens predictions closer to the final ones.
+"""
+
+from depthscale.ladder import Rung, cross
+from depthscale.notebook import study_config
+
+# name -> (L, D, heads, seq_len, batch, steps, seeds, log_every)
+SIZES = {
+    'smoke': (6, 32, 1, 32, 8, 60, 1, 5),
+    'cpu': (8, 64, 2, 64, 16, 300, 3, 10),
+    'paper': (24, 1024, 16, 1024, 256, 20000, 1, 200),
+}
+
+
+def variants(arg: str | None) -> dict[str, dict]:
+  """Baseline Pre-LN and the three methods; ProRes warms up over the first half."""
+  steps = SIZES[arg or 'cpu'][5]
+  return {
+      'pre_ln': {},
+      'prores': {'train.prores': 'linear', 'train.prores_warmup_steps': steps // 2},
+      'layerdrop': {'train.layerdrop': 0.2},
+      'layerskip': {'train.layerskip_p_max': 0.2, 'train.early_exit_scale': 0.1},
+  }
+
+
+def get_config(arg: str | None = None):
+  num_layers, d_model, heads, seq_len, batch, steps, _, log_every = SIZES[arg or 'cpu']
+  return study_config(arg, seq_len=seq_len, batch=batch, steps=steps, log_every=log_every,
+                      analyses=True,  # the skip-layer and logit-lens analyses
+                      num_layers=num_layers, d_model=d_model, num_heads=heads)
+
+
+def get_ladder(arg: str | None = None):
+  seeds = SIZES[arg or 'cpu'][6]
+  return cross(variants(arg), [Rung(f's{s}', {'train.seed': s}) for s in range(seeds)])

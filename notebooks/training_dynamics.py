@@ -1,0 +1,143 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Training dynamics over depth: ProRes, LayerDrop and LayerSkip
+#
+# **Claim.** How blocks are switched on or dropped during training changes what each
+# depth learns. ProRes multiplies block l's residual by a scalar warming up from 0 to 1,
+# deeper blocks later ("early layers learn first"). LayerDrop skips random blocks during
+# training, so that sub-networks of any depth work without fine-tuning. LayerSkip drops
+# deeper blocks more often and adds an early-exit loss, so early layers already predict
+# well (which self-speculative decoding exploits).
+#
+# **Papers.** Chen et al. 2026, *Progressive Residual Warmup* (ProRes); Fan et al. 2019,
+# *Reducing Transformer Depth on Demand with Structured Dropout* (LayerDrop); Elhoushi et
+# al. 2024, *LayerSkip*.
+#
+# **Reported.** ProRes: faster convergence, stronger generalization and better downstream
+# performance across model scales, norms and inits. LayerDrop: sub-networks of any depth
+# selected from one network without fine-tuning, with limited loss of quality. LayerSkip:
+# self-speculative decoding speed-ups of up to 2.16x (CNN/DM), 1.82x (coding) and 2.0x
+# (TOPv2).
+#
+# **Full-size configuration.** The papers pre-train LLaMA-style models (ProRes: 130M-1.3B
+# on C4; LayerSkip: Llama 2 / 3 continual pre-training). `SIZE = 'paper'` selects L 24,
+# d 1024, seq 1024, batch 256, 20k steps (use `--config.data.source=text:GLOB`). The
+# default `cpu` size is L 8, d 64, 300 steps, 3 seeds; `DEPTHSCALE_SMOKE=1` shrinks it.
+#
+# **What this notebook asserts.** Early in the ProRes warmup the deepest block's update
+# ratio, relative to the first block's, is well below Pre-LN's (its residual is still
+# scaled down). LayerDrop lowers the loss cost of skipping a single block (the
+# skip-layer analysis). LayerSkip's early-exit training lowers the logit-lens KL of the
+# early layers. Loss rankings are reported, not asserted.
+
+# %%
+import matplotlib.pyplot as plt
+import numpy as np
+
+from depthscale import notebook
+
+SIZE = 'smoke' if notebook.smoke() else 'cpu'  # 'paper': the full-size ladder (accelerator)
+OUT = notebook.outputs('training_dynamics')
+LADDER = f'{OUT}/runs_{SIZE}'
+rows, res, seeds = notebook.run(f'../experiments/repro_training_dynamics.py:{SIZE}', LADDER)
+layers = res.layers
+variants = list(seeds)
+print('variants:', variants, '| seeds per variant:', len(seeds['pre_ln']))
+
+# %% [markdown]
+# ## 1. ProRes: blocks switch on in order of depth
+# Layer x step heatmaps of the update ratio ||x_out - x_in|| / ||x_in||.
+
+# %%
+fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharey=True)
+for ax, v in zip(axes, ('pre_ln', 'prores')):
+  df = layers[(layers.rung == seeds[v][0]) & (layers.metric == 'update_ratio')]
+  grid = df.pivot(index='layer', columns='step', values='value')
+  im = ax.imshow(np.log10(np.maximum(grid.to_numpy(), 1e-6)), aspect='auto', origin='lower',
+                 extent=(grid.columns.min(), grid.columns.max(), 0.5, len(grid) + 0.5),
+                 vmin=-4, vmax=1)
+  ax.set(title=f'{v}: log10 update ratio', xlabel='step')
+axes[0].set_ylabel('block l')
+fig.colorbar(im, ax=axes)
+notebook.save(fig, OUT, 'update_ratio_heatmaps')
+
+
+def early_profile(rung: str) -> np.ndarray:
+  """Update ratio per block at the logged step closest to a quarter of the ProRes warmup."""
+  df = layers[(layers.rung == rung) & (layers.metric == 'update_ratio')]
+  steps = np.array(sorted(df.step.unique()))
+  target = steps.max() / 8  # a quarter of the warmup (which lasts half the steps)
+  return notebook.profile(layers, rung, 'update_ratio', int(steps[np.argmin(abs(steps - target))]))
+
+
+deep_off = {v: [early_profile(r)[-1] / early_profile(r)[0] for r in seeds[v]]
+            for v in ('pre_ln', 'prores')}
+for v, x in deep_off.items():
+  print(f'{v:>10}: early in training, update ratio last block / first block {notebook.mean_std(x)}')
+
+# %% [markdown]
+# ## 2. LayerDrop: skipping one block costs less
+# `skip_delta_loss`: eval loss with block l replaced by the identity minus the full
+# model's loss (the analysis run at the end of training).
+
+# %%
+fig, ax = plt.subplots(figsize=(5.5, 3.8))
+skip = {}
+for v in variants:
+  profs = [notebook.profile(layers, r, 'skip_delta_loss', 'last') for r in seeds[v]]
+  skip[v] = [p.mean() for p in profs]
+  ax.plot(np.arange(1, len(profs[0]) + 1), np.mean(profs, axis=0), marker='o', label=v)
+ax.set(yscale='log', xlabel='block l skipped', ylabel='loss increase (nats)',
+       title='cost of skipping one block, trained')
+ax.legend()
+notebook.save(fig, OUT, 'skip_delta_loss')
+for v in variants:
+  print(f'{v:>10}: mean skip-one-block loss increase {notebook.mean_std(skip[v])}')
+
+# %% [markdown]
+# ## 3. LayerSkip: early layers predict like the last one
+# `logit_lens_kl`: KL(p_l || p_L) with p_l the LM head applied to the (final-normed)
+# stream leaving block l.
+
+# %%
+fig, ax = plt.subplots(figsize=(5.5, 3.8))
+lens = {}
+for v in variants:
+  profs = [notebook.profile(layers, r, 'logit_lens_kl', 'last') for r in seeds[v]]
+  n = len(profs[0])
+  lens[v] = [p[: n // 2].mean() for p in profs]
+  ax.semilogy(np.arange(1, n + 1), np.maximum(np.mean(profs, axis=0), 1e-6), marker='o', label=v)
+ax.set(xlabel='block l', ylabel='KL(p_l || p_L)', title='logit lens, trained')
+ax.legend()
+notebook.save(fig, OUT, 'logit_lens_kl')
+for v in variants:
+  print(f'{v:>10}: logit-lens KL of the first half of the blocks {notebook.mean_std(lens[v])}')
+
+# %% [markdown]
+# ## 4. Loss (reported, not asserted)
+
+# %%
+losses = {v: [r['eval_loss'] for r in rows if r['rung'] in seeds[v]] for v in variants}
+for v in variants:
+  print(f'{v:>10}: final eval loss {notebook.mean_std(losses[v])}')
+
+# %% [markdown]
+# ## 5. Assertions on the mechanism
+
+# %%
+assert max(deep_off['prores']) < 0.6 * min(deep_off['pre_ln']), f'ProRes deep blocks not held back: {deep_off}'
+assert max(skip['layerdrop']) < min(skip['pre_ln']), f'LayerDrop does not make skipping cheaper: {skip}'
+assert max(lens['layerskip']) < min(lens['pre_ln']), f'LayerSkip early layers not closer to the output: {lens}'
+print('mechanism assertions passed')
