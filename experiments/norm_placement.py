@@ -34,6 +34,8 @@ from depthscale.experiment import load_module
 from depthscale.ladder import cross, depth_sweep
 
 NGPT = {'optim.weight_decay': 0.0, 'optim.warmup_steps': 0, 'model.tie_embeddings': False}
+# BranchNorm (a reconstruction, see README): LayerNorm, branch normalization fading over 100 steps
+BRANCHNORM = {'model.norm': 'layernorm', 'train.branchnorm_steps': 100}
 
 
 def get_config(arg: str | None = None):
@@ -46,5 +48,6 @@ def get_config(arg: str | None = None):
 
 def get_ladder(arg: str | None = None):
   del arg
-  variants = {b: {'model.block': b, **(NGPT if b == 'ngpt' else {})} for b in PLACEMENTS}
+  extra = {'ngpt': NGPT, 'branchnorm': BRANCHNORM}
+  variants = {b: {'model.block': b, **extra.get(b, {})} for b in PLACEMENTS}
   return cross(variants, depth_sweep([2, 8]))
