@@ -85,7 +85,8 @@ def make_train_step(model: nn.Module, tx: optax.GradientTransformation,
     updates, opt_state = tx.update(grads, state['opt_state'], state['params'])
     params = optax.apply_updates(state['params'], updates)
     layer_grad_norm = per_layer_norm(grads['blocks'])
-    grad_norm = optax.tree.norm(grads)
+    rest = {k: v for k, v in grads.items() if k != 'blocks'}  # the block grads are summed once
+    grad_norm = jnp.sqrt(jnp.sum(jnp.square(layer_grad_norm)) + jnp.square(optax.tree.norm(rest)))
     ok = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
     keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(ok, a, b), new, old)
     new_state = {'step': state['step'] + 1, 'params': keep(params, state['params']),
