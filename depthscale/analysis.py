@@ -36,7 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from depthscale import residual
+from depthscale import ops, residual
 from depthscale.blocks import layer_schedule
 from depthscale.model import Block, Transformer
 from depthscale.steps import weighted_loss
@@ -98,7 +98,7 @@ def make_analysis_fn(model: Transformer) -> Callable[[Any, dict, jax.Array], dic
     leaves, tree = jax.tree.flatten(carry)  # the whole carry: residual designs may add state
     v = tree.unflatten([jax.random.normal(k, a.shape, jnp.float32).astype(a.dtype)
                         for k, a in zip(jax.random.split(key, len(leaves)), leaves)])
-    _, jv = jax.jvp(lambda c: run_block(p_l, c, layer), (carry,), (v,))
+    _, jv = ops.jvp(lambda c: run_block(p_l, c, layer), carry, v)
     sq = lambda t: sum(jnp.sum(jnp.square(a.astype(jnp.float32))) for a in jax.tree.leaves(t))
     dev = jnp.sqrt(sq(jax.tree.map(jnp.subtract, jv, v)) / sq(v))
     ent_H = jnp.concatenate([jnp.ravel(e) for e in jax.tree.leaves(sown['analysis'])])

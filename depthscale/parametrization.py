@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 PARAMETRIZATIONS = ('standard', 'mup', 'depth_mup', 'completep')
-INITS = ('normal', 'small_init', 'depth_scaled', 'deepnorm', 'deepscalelm')
+INITS = ('normal', 'xavier', 'small_init', 'depth_scaled', 'deepnorm', 'deepscalelm')
 DEPTH_ALPHA = {'standard': 0.0, 'mup': 0.0, 'depth_mup': 0.5, 'completep': 1.0}
 OUTPUT_PROJECTIONS = ('o', 'wo')  # matrices writing into the residual stream
 DSLM_R0 = 0.221  # DeepScaleLM's data estimate of the input token correlation
@@ -116,7 +116,9 @@ def init_std(cfg, name: str, fan_in: int, fan_out: int, index=None):
   model.init and the parametrization; `index` is the traced 1-based block index."""
   d, sigma, scheme = cfg.d_model, cfg.init_std, cfg.init
   hidden = name in ('q', 'k', 'v', 'o', 'wi', 'wo')
-  if scheme == 'small_init':  # Nguyen & Salazar 2019: sqrt(2 / (5 d)) on every matrix
+  if scheme == 'xavier' and hidden:  # Glorot & Bengio 2010, as in Xiong et al.'s Post-LN
+    std = _xavier(fan_in, fan_out, 1.0)
+  elif scheme == 'small_init':  # Nguyen & Salazar 2019: sqrt(2 / (5 d)) on every matrix
     std = math.sqrt(2.0 / (5.0 * d))
   elif scheme == 'depth_scaled' and name in OUTPUT_PROJECTIONS:
     std = sigma / math.sqrt(2 * cfg.num_layers)

@@ -21,6 +21,7 @@ import optax
 from jax.experimental import mesh_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from depthscale import ops
 from depthscale.config import ConfigError
 
 MESH_AXES = ('data', 'fsdp', 'tensor')
@@ -167,7 +168,8 @@ class Plan:
     the state is donated and outputs are replicated. Arguments may be abstract."""
     with self.context():
       return jax.jit(step_fn, donate_argnums=0, in_shardings=(self.state, self.batch),
-                     out_shardings=(self.state, self.replicated)).lower(state, batch).compile()
+                     out_shardings=(self.state, self.replicated)).lower(state, batch).compile(
+                         ops.compiler_options())
 
   def global_batch(self, local: dict) -> dict:
     """One global array per field from this process's rows (batch axis sharded)."""

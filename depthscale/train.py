@@ -11,7 +11,7 @@ import time
 import jax
 import numpy as np
 
-from depthscale import data, sharding
+from depthscale import data, ops, sharding
 from depthscale.analysis import Analyzer
 from depthscale.checkpoint import Checkpointer, abstract
 from depthscale.model import make_model, param_counts
@@ -203,7 +203,7 @@ class _Run:
       self.eval_fn = jax.jit(make_eval_step(model, self.hops, cfg),
                              in_shardings=(p.state['params'], p.batch, p.replicated),
                              out_shardings=p.replicated).lower(
-          self.state['params'], self.eval_set[0], self.state['step']).compile()
+          self.state['params'], self.eval_set[0], self.state['step']).compile(ops.compiler_options())
     self.analyzer = Analyzer(model, init_blocks, jax.tree.map(
         lambda a: a[:cfg.metrics.analysis_batch_size], self.eval_set[0]), t.seed
                              ) if cfg.metrics.analysis_every else None

@@ -1,4 +1,4 @@
-"""On Layer Normalization in the Transformer (Xiong et al. 2020): with Xavier-scale init,
+"""On Layer Normalization in the Transformer (Xiong et al. 2020): with Xavier init,
 a large learning rate and no warmup, Post-LN stalls while Pre-LN trains; gradient-norm
 profiles at init differ by norm placement. Backs notebooks/pre_vs_post_ln.py.
 
@@ -49,7 +49,7 @@ def get_config(arg: str | None = None):
   if (arg or '').startswith('deep'):  # GPT-style init (DeepNorm brings its own), lr 1e-3
     c.optim.lr = 1e-3
     return c
-  c.model.init_std = d_model ** -0.5  # Xavier scale of a square matrix (1/sqrt(D))
+  c.model.init = 'xavier'  # Xiong et al.'s setting: Glorot normal on the block matrices
   c.optim.lr, c.optim.warmup_steps, c.optim.schedule = 3e-3, 0, 'constant'
   return c
 

@@ -1,6 +1,23 @@
-"""Shared test helpers: a tiny config."""
+"""Shared test helpers: a tiny config; one persistent JAX compilation cache for the session."""
 
-from depthscale.config import default_config
+import os
+import tempfile
+
+# Identical programs (seeds of a ladder, a run and its resume, CLI subprocesses, notebook
+# kernels, xdist workers) compile once: the environment reaches every subprocess.
+os.environ.setdefault('JAX_COMPILATION_CACHE_DIR',
+                      os.path.join(tempfile.gettempdir(), 'depthscale-tests-jax-cache'))
+os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS', '0')
+os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES', '0')
+
+from depthscale.config import default_config  # pylint: disable=wrong-import-position
+
+SLOW_MODULES = ('test_notebooks.py', 'test_sharding.py', 'test_cli.py', 'test_train.py')
+
+
+def pytest_collection_modifyitems(items):
+  """The slowest modules first, so that parallel workers (pytest -n) finish together."""
+  items.sort(key=lambda item: item.path.name not in SLOW_MODULES)
 
 
 def tiny_config(**overrides):

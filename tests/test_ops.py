@@ -30,6 +30,19 @@ def test_matmul_value_and_gradients_match_jnp_matmul_in_float64():
       np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
 
 
+def test_jvp_through_custom_vjp_matmul_equals_forward_mode_in_float64():
+  with jax.enable_x64(True):
+    kx, kw, kv = jax.random.split(jax.random.PRNGKey(2), 3)
+    w = jax.random.normal(kw, (3, 3), jnp.float64)
+    carry = {'x': jax.random.normal(kx, (2, 4, 3), jnp.float64), 'y': jnp.ones((2, 4, 3))}
+    v = jax.tree.map(lambda a: jax.random.normal(kv, a.shape, jnp.float64), carry)
+    block = lambda mm: lambda c: {'x': jnp.tanh(mm(c['x'], w)) * c['y'], 'y': 2.0 * c['y']}
+    out, jv = ops.jvp(block(ops.matmul), carry, v)
+    want_out, want_jv = jax.jvp(block(jnp.matmul), (carry,), (v,))
+    for got, want in zip(jax.tree.leaves((out, jv)), jax.tree.leaves((want_out, want_jv))):
+      np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
 def test_attention_is_causal_softmax_attention():
   """Against a float64 masked softmax; jax's XLA path keeps its softmax in float32."""
   with jax.enable_x64(True):

@@ -128,6 +128,16 @@ def test_depth_scaled_and_small_init_stds():
   np.testing.assert_allclose(np.std(p['blocks']['attn']['q']), math.sqrt(2 / (5 * d)), rtol=0.05)
 
 
+def test_xavier_init_stds():
+  """Glorot normal std sqrt(2 / (fan_in + fan_out)) on every block matrix; embeddings keep init_std."""
+  d = 64
+  p = _params(tiny_config(**{'model.init': 'xavier', 'model.d_model': d}))
+  np.testing.assert_allclose(np.std(p['blocks']['attn']['q']), math.sqrt(2 / (d + d)), rtol=0.05)
+  np.testing.assert_allclose(np.std(p['blocks']['mlp']['wi']), math.sqrt(2 / (5 * d)), rtol=0.05)
+  np.testing.assert_allclose(np.std(p['blocks']['mlp']['wo']), math.sqrt(2 / (5 * d)), rtol=0.05)
+  np.testing.assert_allclose(np.std(p['embedding']), 0.02, rtol=0.05)
+
+
 def test_deepnorm_init_gains():
   """xavier_normal with gain (8L)^-1/4 on V, O and the MLP, gain 1 on Q and K."""
   l, d = 4, 64
