@@ -5,6 +5,7 @@ the textbook functions; only the work (and memory) XLA is given differs."""
 from __future__ import annotations
 
 import math
+import platform
 
 import jax
 import jax.numpy as jnp
@@ -68,15 +69,22 @@ def jvp(fn, primal, tangent):
   return out, jv
 
 
-# XLA-CPU dot libraries for the train step: oneDNN for dots, nothing left to YNNPACK
-# (benchmarks/NOTES.md: 1.3x on config S over the defaults).
+# XLA-CPU dot libraries for the train step on x86 (benchmarks/NOTES.md, config S): oneDNN
+# for dots and nothing for YNNPACK, ~1.35x over XLA's defaults. oneDNN executables cannot be
+# written to JAX's persistent compilation cache, so with a cache configured the step uses
+# XLA's own (Eigen) dots instead: cacheable, ~5% slower.
 CPU_COMPILER_OPTIONS = {'xla_cpu_experimental_ynn_fusion_type': '', 'xla_cpu_use_onednn': True,
                         'xla_cpu_experimental_onednn_fusion_type': 'LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT'}
+CACHEABLE_CPU_COMPILER_OPTIONS = {'xla_cpu_experimental_ynn_fusion_type': ''}
 
 
 def compiler_options() -> dict | None:
-  """Per-compile XLA options for this backend (None: XLA's defaults)."""
-  return CPU_COMPILER_OPTIONS if jax.default_backend() == 'cpu' else None
+  """Per-compile XLA options for this backend and machine (None: XLA's defaults)."""
+  if jax.default_backend() != 'cpu' or platform.machine().lower() not in ('x86_64', 'amd64'):
+    return None
+  if jax.config.jax_compilation_cache_dir:
+    return CACHEABLE_CPU_COMPILER_OPTIONS
+  return CPU_COMPILER_OPTIONS
 
 
 def attention(q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, scale: float | None = None):

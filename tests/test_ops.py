@@ -3,6 +3,7 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from depthscale import ops
 
@@ -50,3 +51,17 @@ def test_attention_is_causal_softmax_attention():
     s = jnp.einsum('bthe,bshe->bhts', q, k) / 2.0 + jnp.where(jnp.tri(6, dtype=bool), 0.0, -jnp.inf)
     want = jnp.einsum('bhts,bshe->bthe', jax.nn.softmax(s, axis=-1), v)
     np.testing.assert_allclose(ops.attention(q, k, v), want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.filterwarnings('ignore:Error writing persistent compilation cache')  # oneDNN's
+def test_compiler_options_change_speed_not_results():
+  """The CPU dot-library options compile the same math: a model-shaped matmul chain and its
+  gradients agree with XLA's defaults to float32 rounding."""
+  kx, kw = jax.random.split(jax.random.PRNGKey(3))
+  x, w = jax.random.normal(kx, (4, 16, 32)), jax.random.normal(kw, (32, 32)) / 6.0
+  fn = jax.jit(jax.value_and_grad(lambda x, w: jnp.sum(ops.gelu_tanh(ops.matmul(x, w)) @ w.T), (0, 1)))
+  lowered = fn.lower(x, w)
+  default = lowered.compile()(x, w)
+  for options in (ops.CPU_COMPILER_OPTIONS, ops.CACHEABLE_CPU_COMPILER_OPTIONS):
+    for got, want in zip(jax.tree.leaves(lowered.compile(options)(x, w)), jax.tree.leaves(default)):
+      np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
