@@ -6,14 +6,15 @@ Run (arg = smoke | cpu | paper, or deep_smoke | deep_cpu | deep_paper for the ve
 tiny-width ladder of every placement; default cpu):
   python -m depthscale.main --config=experiments/repro_pre_vs_post_ln.py:cpu --workdir=runs/pre_vs_post_ln
 
-Runtime: cpu: 18 rungs (L12 d64, 200 steps) + 6 deep rungs (deep_cpu); the 9 Post-LN /
-Pre-LN / warmup rungs took 24 min on a shared 2-core machine (load ~10); the rest is an
-estimate of the same order. smoke: 2 rungs + 2 deep rungs of L16 d16.
-Expected result (measured, cpu, 3 seeds): without warmup Post-LN plateaus at eval loss
-3.77 +- 0.05 (not a NaN; the unigram entropy is 4.38) while Pre-LN reaches 2.40 +- 0.02;
-a 50-step warmup does not rescue Post-LN here (3.95 +- 0.40, one seed stuck at 4.41).
-Grad norm at init, last / first block: Post-LN 1.71 +- 0.16, Pre-LN 0.33 +- 0.09; after
-training Post-LN's first block gets 1e-8..1e-7 of its last block's gradient.
+Runtime: cpu: 18 rungs (L12 d64, 200 steps) + 6 deep rungs (deep_cpu, L256 d16): the whole
+notebook took 43 min on the 2-core machine with two other notebooks running. smoke: 2 rungs
++ 2 deep rungs of L16 d16.
+Expected result (measured, cpu, Xavier init, 3 seeds): without warmup Post-LN plateaus at
+eval loss 3.72 +- 0.02 (not a NaN; the unigram entropy is 4.39) while Pre-LN reaches
+2.48 +- 0.09; a 50-step warmup does not rescue Post-LN here (3.72 +- 0.02), nor does
+DeepNorm (3.72); Keel trains (2.37), Mix-LN partly (3.20). Grad norm at init, last / first
+block: Post-LN 1.08 +- 0.19, Pre-LN 0.23 +- 0.03; after training Post-LN's first block
+gets ~1e-7 of its last block's gradient.
 """
 
 from depthscale.ladder import Rung, cross
