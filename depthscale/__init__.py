@@ -1,0 +1,5 @@
+"""depthscale: depth-scaling experiments on Transformer language models (JAX/Flax)."""
+
+from depthscale import host_memory
+
+host_memory.keep_freed_memory()
