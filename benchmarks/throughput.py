@@ -2,7 +2,7 @@
 minimal PyTorch GPT of the same shape, interleaved A B A B, on configs S and M; MFU against
 a matmul peak measured in the same run; and the data pipeline's rate vs the trainer's.
 
-  python benchmarks/throughput.py [--rounds 3] [--steps 11] [--configs S,M]
+  python benchmarks/throughput.py [--rounds 3] [--steps 21] [--log_every 10] [--configs S,M]
 """
 
 from __future__ import annotations
@@ -68,8 +68,8 @@ def pipeline_rate(name: str, batches: int) -> float:
 def main() -> None:
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument('--rounds', type=int, default=3)
-  p.add_argument('--steps', type=int, default=11, help='steps per depthscale round (>= 2 log intervals)')
-  p.add_argument('--log_every', type=int, default=5)
+  p.add_argument('--steps', type=int, default=21, help='steps per depthscale round (>= 2 log intervals)')
+  p.add_argument('--log_every', type=int, default=10, help="the trainer's default")
   p.add_argument('--configs', default='S,M')
   p.add_argument('--pipeline_batches', type=int, default=200)
   a = p.parse_args()

@@ -2,4 +2,4 @@
 
 from depthscale import host_memory
 
-host_memory.keep_freed_memory()
+host_memory.single_arena()

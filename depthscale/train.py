@@ -11,7 +11,7 @@ import time
 import jax
 import numpy as np
 
-from depthscale import data, ops, sharding
+from depthscale import data, host_memory, ops, sharding
 from depthscale.analysis import Analyzer
 from depthscale.checkpoint import Checkpointer, abstract
 from depthscale.model import make_model, param_counts
@@ -204,6 +204,7 @@ class _Run:
                              in_shardings=(p.state['params'], p.batch, p.replicated),
                              out_shardings=p.replicated).lower(
           self.state['params'], self.eval_set[0], self.state['step']).compile(ops.compiler_options())
+    host_memory.keep_freed_memory()  # the steps' buffers are reused from here on
     self.analyzer = Analyzer(model, init_blocks, jax.tree.map(
         lambda a: a[:cfg.metrics.analysis_batch_size], self.eval_set[0]), t.seed
                              ) if cfg.metrics.analysis_every else None

@@ -9,14 +9,16 @@ import pytest
 
 from depthscale import host_memory
 
-# Minor page faults of the last 4 of 12 executions of a step with a 64 MB temporary (exp(x),
-# the dot's operand): glibc maps a request that large afresh unless freed memory is kept.
+# Minor page faults of the last 4 of 12 executions of a compiled step with a 64 MB temporary
+# (exp(x), the dot's operand): glibc maps a request that large afresh unless freed memory is
+# kept.
 PROBE = """
 import resource, time
-import depthscale
+from depthscale import host_memory
 import jax, jax.numpy as jnp
-step = jax.jit(lambda x, w: jnp.exp(x) @ w)
 x, w = jnp.ones((4096, 4096)), jnp.ones((4096, 8))
+step = jax.jit(lambda x, w: jnp.exp(x) @ w).lower(x, w).compile()
+host_memory.keep_freed_memory()
 for i in range(12):
   if i == 8:
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt

@@ -53,6 +53,41 @@ def test_attention_is_causal_softmax_attention():
     np.testing.assert_allclose(ops.attention(q, k, v), want, rtol=1e-5, atol=1e-6)
 
 
+def _textbook_attention(q, k, v, scale):
+  """Masked softmax attention, grouped KV heads repeated (H = G K)."""
+  rep = q.shape[2] // k.shape[2]
+  k, v = jnp.repeat(k, rep, axis=2), jnp.repeat(v, rep, axis=2)
+  t = q.shape[1]
+  s = jnp.einsum('bthe,bshe->bhts', q, k) * scale + jnp.where(jnp.tri(t, dtype=bool), 0.0, -jnp.inf)
+  return jnp.einsum('bhts,bshe->bthe', jax.nn.softmax(s, axis=-1), v)
+
+
+@pytest.mark.parametrize('t,block', [(12, 4), (128, 64)])
+def test_blocked_causal_attention_values_and_gradients_in_float64(t, block):
+  """Query blocks see only their causal prefix of keys; grouped KV heads (H 4, K 2)."""
+  with jax.enable_x64(True):
+    kq, kk, kv, kc = jax.random.split(jax.random.PRNGKey(4), 4)
+    q = jax.random.normal(kq, (2, t, 4, 8), jnp.float64)
+    k, v = (jax.random.normal(key, (2, t, 2, 8), jnp.float64) for key in (kk, kv))
+    c = jax.random.normal(kc, q.shape, jnp.float64)
+    blocked = lambda q, k, v: ops.blocked_causal_attention(q, k, v, 0.3, block)
+    textbook = lambda q, k, v: _textbook_attention(q, k, v, 0.3)
+    np.testing.assert_allclose(blocked(q, k, v), textbook(q, k, v), rtol=1e-12, atol=1e-12)
+    loss = lambda fn: lambda q, k, v: jnp.sum(c * jnp.tanh(fn(q, k, v)))
+    for got, want in zip(jax.grad(loss(blocked), (0, 1, 2))(q, k, v),
+                         jax.grad(loss(textbook), (0, 1, 2))(q, k, v)):
+      np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-11)
+
+
+def test_attention_on_cpu_takes_the_blocked_path_at_multiples_of_the_block():
+  t = 2 * ops.CPU_ATTENTION_BLOCK
+  q, k, v = jax.random.normal(jax.random.PRNGKey(5), (3, 1, t, 2, 4))
+  want = _textbook_attention(q, k, v, 0.5)
+  np.testing.assert_allclose(ops.attention(q, k, v), want, rtol=1e-5, atol=1e-6)
+  jaxpr = str(jax.make_jaxpr(ops.attention)(q, k, v))
+  assert jaxpr.count('dot_general') == 4  # 2 query blocks x (scores, values)
+
+
 @pytest.mark.filterwarnings('ignore:Error writing persistent compilation cache')  # oneDNN's
 def test_compiler_options_change_speed_not_results():
   """The CPU dot-library options compile the same math: a model-shaped matmul chain and its
