@@ -93,8 +93,8 @@ CPU_ATTENTION_BLOCK = 64
 
 def blocked_causal_attention(q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, scale: float, block: int):
   """Causal softmax attention by query blocks: block i attends to keys [0, (i+1) block), so
-  the (T/block - 1) T/2 block-pairs above the diagonal (37.5% of the work at T = 4 blocks)
-  are skipped rather than masked. Grouped KV heads: H = G K."""
+  the n (n - 1) / 2 block pairs above the diagonal (n = T / block; 6 of 16 at n = 4) are
+  skipped rather than masked. Grouped KV heads: H = G K."""
   b, t, h, e = q_BxTxHxE.shape
   kv = k_BxTxKxE.shape[2]
   q_BxTxKxGxE = q_BxTxHxE.reshape(b, t, kv, h // kv, e)
