@@ -1,8 +1,9 @@
 """The deep, narrow model of the compile-time and memory benchmarks, and the workers that
 each measure one quantity in a fresh process (clean compile caches and max RSS).
 
-  python -m benchmarks.deep_model compile scan 1024
-  python -m benchmarks.deep_model compile unrolled 8
+  python -m benchmarks.deep_model compile scan 1024   (the default: unrolled up to 16 layers)
+  python -m benchmarks.deep_model compile rolled 8    (scan rolled whatever the depth)
+  python -m benchmarks.deep_model compile unrolled 8  (Python loop over layers)
   python -m benchmarks.deep_model memory nothing_saveable 1024
 """
 
@@ -57,10 +58,13 @@ def _setup(cfg):
 
 
 def compile_seconds(kind: str, layers: int) -> dict:
-  """Seconds to trace, lower and compile one train step (scanned or Python-loop)."""
+  """Seconds to trace, lower and compile one train step: 'scan' (model.unroll_max_layers as
+  configured by default), 'rolled' (a rolled scan at any depth) or 'unrolled' (Python loop)."""
   cfg = deep_config(layers)
+  if kind == 'rolled':
+    cfg.model.unroll_max_layers = 0
   model, tx, state, batch = _setup(cfg)
-  fn = make_train_step(model, tx, schedule(cfg)) if kind == 'scan' else unrolled_train_step(model, tx)
+  fn = unrolled_train_step(model, tx) if kind == 'unrolled' else make_train_step(model, tx, schedule(cfg))
   t0 = time.perf_counter()
   jax.jit(fn, donate_argnums=0).lower(state, batch).compile()
   return {'compile_s': time.perf_counter() - t0}

@@ -58,6 +58,7 @@ def default_config() -> ConfigDict:
   m.output_mult = 1.0  # alpha_out: logits multiplier (divided by m_N under the muP family)
   m.dtype = 'float32'  # compute dtype; params and optimizer state stay float32
   m.remat = 'none'  # a jax.checkpoint_policies name, or 'none'
+  m.unroll_max_layers = 16  # layer scan unrolled (not on logging steps) for num_layers <= this; 0: never
   m.residual = 'standard'  # residual-stream design: see depthscale.residual.DESIGNS
   m.hc_rate = 4  # hyper_connections / mhc: expansion rate n (number of streams)
   m.hc_dynamic = True  # hyper_connections: dynamic (input-dependent) HC, else static
@@ -291,6 +292,8 @@ def validate(cfg: ConfigDict) -> None:
   if m.remat != 'none' and not hasattr(jax.checkpoint_policies, m.remat):
     _fail('model.remat', m.remat, "'none' or a jax.checkpoint_policies name "
           "(e.g. nothing_saveable, dots_saveable)")
+  if not isinstance(m.unroll_max_layers, int) or m.unroll_max_layers < 0:
+    _fail('model.unroll_max_layers', m.unroll_max_layers, 'an integer >= 0 (0 = always a rolled scan)')
   if m.position == 'rope' and (m.d_model // m.num_heads) % 2:
     _fail('model.num_heads', m.num_heads, 'a value giving an even head_dim with rope')
   validate_residual(m)

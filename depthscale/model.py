@@ -177,13 +177,24 @@ class Block(nn.Module):
 
 
 def block_stack(cfg, collect_stats: bool):
-  """The scanned (and optionally rematerialized) stack of cfg.num_layers blocks."""
+  """The scanned (and optionally rematerialized) stack of cfg.num_layers blocks.
+
+  Up to cfg.unroll_max_layers blocks the scan is fully unrolled: straight-line code whose
+  saved activations are not copied into per-layer stacks (a rolled scan writes each into a
+  zero-filled [L, ...] buffer and reads it back), 1.06-1.14x per train step on CPU
+  (benchmarks/NOTES.md); compile time then grows with depth, so deeper models stay rolled,
+  and so does the statistics model of the logging steps (one step in log_every; unrolled,
+  it compiles ~1.8x slower). The parameters ([L, ...] stacks) and the computed function
+  are the same either way.
+  """
   block = Block
   if cfg.remat != 'none':
     block = nn.remat(Block, policy=getattr(jax.checkpoint_policies, cfg.remat), prevent_cse=False)
+  unrolled = not collect_stats and cfg.num_layers <= cfg.unroll_max_layers
+  unroll = cfg.num_layers if unrolled else 1
   return nn.scan(block, variable_axes={'params': 0, 'intermediates': 0},
                  split_rngs={'params': True},
-                 in_axes=0, length=cfg.num_layers,
+                 in_axes=0, length=cfg.num_layers, unroll=unroll,
                  metadata_params={nn.PARTITION_NAME: 'layers'})(cfg, collect_stats)
 
 

@@ -12,6 +12,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from depthscale import ops
 from depthscale.stats import record_saturation
 
 
@@ -44,9 +45,7 @@ class LayerNorm(nn.Module):
   def __call__(self, x):
     d = x.shape[-1]
     x32 = x.astype(jnp.float32)
-    mean = x32.mean(-1, keepdims=True)
-    var = jnp.square(x32 - mean).mean(-1, keepdims=True)
-    y = (x32 - mean) * jnp.reciprocal(jnp.sqrt(var + self.eps))
+    y = ops.standardize(x32, self.eps, True)
     if self.use_scale:
       y = y * _param(self, 'scale', nn.initializers.ones, d, self.axis)
     y = y + _param(self, 'bias', nn.initializers.zeros, d, self.axis)
@@ -63,7 +62,7 @@ class RMSNorm(nn.Module):
   def __call__(self, x):
     d = x.shape[-1]
     x32 = x.astype(jnp.float32)
-    y = x32 * jnp.reciprocal(_rms(x32, self.eps))
+    y = ops.standardize(x32, self.eps, False)
     if self.use_scale:
       y = y * _param(self, 'scale', nn.initializers.ones, d, self.axis)
     return y.astype(x.dtype)

@@ -1,4 +1,5 @@
-"""Model: scan equals the unrolled loop, causality, and the Pre-LN / Post-LN equations."""
+"""Model: scan equals the unrolled loop (rolled or unrolled scan), causality, and the Pre-LN /
+Post-LN equations."""
 
 import jax
 import jax.numpy as jnp
@@ -8,6 +9,7 @@ import pytest
 from depthscale.model import Transformer, apply_unrolled, make_model
 from depthscale.steps import init_state
 from depthscale.optim import make_optimizer
+from depthscale.config import ConfigError, validate
 from tests.conftest import tiny_config
 
 
@@ -28,6 +30,25 @@ def test_scan_equals_unrolled(block, position, mlp, kv):
   scanned, _ = model.apply({'params': params}, tokens)
   unrolled = apply_unrolled(model, params, tokens)
   np.testing.assert_allclose(scanned, unrolled, rtol=1e-5, atol=1e-5)
+
+
+def test_rolled_and_unrolled_layer_scan_compute_the_same_loss_and_gradients():
+  """model.unroll_max_layers changes only the compiled loop: straight-line code (no while
+  loop) up to that depth, a rolled scan above it."""
+  unrolled_cfg = tiny_config()
+  rolled_cfg = tiny_config(**{'model.unroll_max_layers': unrolled_cfg.model.num_layers - 1})
+  params, tokens = _params(unrolled_cfg), _tokens(unrolled_cfg)
+  results = {}
+  for name, cfg in (('unrolled', unrolled_cfg), ('rolled', rolled_cfg)):
+    model = make_model(cfg)
+    loss = lambda p, model=model: jnp.mean(model.apply({'params': p}, tokens)[0] ** 2)
+    hlo = jax.jit(jax.grad(loss)).lower(params).as_text()
+    assert ('stablehlo.while' in hlo) == (name == 'rolled'), name
+    results[name] = jax.value_and_grad(loss)(params)
+  for got, want in zip(jax.tree.leaves(results['unrolled']), jax.tree.leaves(results['rolled'])):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+  with pytest.raises(ConfigError, match='model.unroll_max_layers'):
+    validate(tiny_config(**{'model.unroll_max_layers': -1}))
 
 
 @pytest.mark.parametrize('block', ['pre_ln', 'post_ln'])

@@ -44,6 +44,28 @@ def test_jvp_through_custom_vjp_matmul_equals_forward_mode_in_float64():
       np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize('center', [True, False])
+def test_standardize_value_gradient_and_jvp_match_the_textbook_norm_in_float64(center):
+  """LayerNorm's (center) and RMSNorm's normalization; the custom VJP keeps only the output
+  and the per-row scale."""
+  def textbook(x):
+    xc = x - x.mean(-1, keepdims=True) if center else x
+    return xc / jnp.sqrt(jnp.mean(xc ** 2, -1, keepdims=True) + 1e-5)
+
+  with jax.enable_x64(True):
+    kx, kc, kv = jax.random.split(jax.random.PRNGKey(3), 3)
+    x = 3.0 * jax.random.normal(kx, (2, 5, 8), jnp.float64) + 1.0
+    c = jax.random.normal(kc, x.shape, jnp.float64)
+    ours = lambda x: ops.standardize(x, 1e-5, center)
+    np.testing.assert_allclose(ours(x), textbook(x), rtol=1e-13, atol=1e-13)
+    loss = lambda f: lambda x: jnp.sum(c * jnp.tanh(f(x)))
+    np.testing.assert_allclose(jax.grad(loss(ours))(x), jax.grad(loss(textbook))(x),
+                               rtol=1e-11, atol=1e-12)
+    v = jax.random.normal(kv, x.shape, jnp.float64)
+    np.testing.assert_allclose(ops.jvp(ours, x, v)[1], jax.jvp(textbook, (x,), (v,))[1],
+                               rtol=1e-11, atol=1e-12)
+
+
 def test_attention_is_causal_softmax_attention():
   """Against a float64 masked softmax; jax's XLA path keeps its softmax in float32."""
   with jax.enable_x64(True):
