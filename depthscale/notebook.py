@@ -18,8 +18,9 @@ def study_config(arg: str | None, *, seq_len: int, batch: int, steps: int, log_e
                  analyses: bool = False, **model):
   """default_config() with the recipe every notebook ladder (experiments/repro_*.py) shares:
   the given data shape and length, a 10% warmup, one eval and one checkpoint at the end,
-  the periodic analyses only at the end and only if asked, TensorBoard images except in
-  smoke sizes; `model` sets model fields (num_layers=16, d_model=64, ...)."""
+  the periodic analyses only at the end and only if asked, TensorBoard images and an
+  unrolled layer scan except in smoke sizes; `model` sets model fields (num_layers=16,
+  d_model=64, ...)."""
   from depthscale.config import default_config  # pylint: disable=import-outside-toplevel
   c = default_config()
   for field, value in model.items():
@@ -29,6 +30,8 @@ def study_config(arg: str | None, *, seq_len: int, batch: int, steps: int, log_e
   c.train.eval_every = c.train.checkpoint_every = steps
   c.metrics.analysis_every = steps if analyses else 0
   c.metrics.images = 'smoke' not in (arg or '')
+  if 'smoke' in (arg or ''):  # compile-bound sizes: a rolled layer scan compiles faster
+    c.model.unroll_max_layers = 0
   c.optim.warmup_steps = steps // 10
   return c
 
