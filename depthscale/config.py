@@ -293,7 +293,8 @@ def validate(cfg: ConfigDict) -> None:
     _fail('model.remat', m.remat, "'none' or a jax.checkpoint_policies name "
           "(e.g. nothing_saveable, dots_saveable)")
   if not isinstance(m.unroll_max_layers, int) or m.unroll_max_layers < 0:
-    _fail('model.unroll_max_layers', m.unroll_max_layers, 'an integer >= 0 (0 = always a rolled scan)')
+    _fail('model.unroll_max_layers', m.unroll_max_layers,
+          'an integer >= 0 (0 = always a rolled scan)')
   if m.position == 'rope' and (m.d_model // m.num_heads) % 2:
     _fail('model.num_heads', m.num_heads, 'a value giving an even head_dim with rope')
   validate_residual(m)
