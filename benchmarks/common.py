@@ -65,7 +65,7 @@ def matmul_peak(repeats: int = 7) -> dict[str, float]:
   and the one the train step uses, the better counts) and for torch."""
   import jax  # pylint: disable=import-outside-toplevel
   import torch  # pylint: disable=import-outside-toplevel
-  from depthscale import ops  # pylint: disable=import-outside-toplevel
+  from depthscale.model import ops  # pylint: disable=import-outside-toplevel
   out = {'xla': 0.0, 'torch': 0.0}
   for m, k, n in MATMUL_SHAPES:
     a, b = np.random.randn(m, k).astype(np.float32), np.random.randn(k, n).astype(np.float32)

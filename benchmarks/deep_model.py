@@ -18,11 +18,11 @@ import jax
 import numpy as np
 import optax
 
-from depthscale import host_memory
 from depthscale.config import default_config
-from depthscale.model import apply_unrolled, make_model
-from depthscale.optim import make_optimizer, schedule
-from depthscale.steps import init_state, make_train_step, weighted_loss
+from depthscale.model.transformer import apply_unrolled, make_model
+from depthscale.training import host_memory
+from depthscale.training.optim import make_optimizer, schedule
+from depthscale.training.steps import init_state, make_train_step, weighted_loss
 
 D_MODEL, HEADS = 64, 2
 

@@ -17,7 +17,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks import common  # pylint: disable=wrong-import-position
-from depthscale import host_memory  # pylint: disable=wrong-import-position
+from depthscale.training import host_memory  # pylint: disable=wrong-import-position
 
 POLICIES = ('none', 'nothing_saveable')
 

@@ -18,11 +18,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from depthscale.analysis import Analyzer
 from depthscale.config import default_config
-from depthscale.model import make_model
-from depthscale.optim import make_optimizer, schedule
-from depthscale.steps import init_state, make_train_step
+from depthscale.model.transformer import make_model
+from depthscale.training.analysis import Analyzer
+from depthscale.training.optim import make_optimizer, schedule
+from depthscale.training.steps import init_state, make_train_step
 
 
 def _config(args):

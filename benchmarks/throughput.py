@@ -22,7 +22,7 @@ import torch  # pylint: disable=wrong-import-position
 from benchmarks import common  # pylint: disable=wrong-import-position
 from benchmarks.torch_gpt import make_trainer  # pylint: disable=wrong-import-position
 from depthscale import data  # pylint: disable=wrong-import-position
-from depthscale.train import train_rung  # pylint: disable=wrong-import-position
+from depthscale.training.loop import train_rung  # pylint: disable=wrong-import-position
 
 
 def depthscale_round(name: str, steps: int, log_every: int) -> float:

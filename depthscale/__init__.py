@@ -1,5 +1,5 @@
 """depthscale: depth-scaling experiments on Transformer language models (JAX/Flax)."""
 
-from depthscale import host_memory
+from depthscale.training import host_memory
 
 host_memory.single_arena()

@@ -14,9 +14,9 @@ import sys
 import ml_collections
 import pandas as pd
 
-from depthscale import plots
-from depthscale.report import COLUMNS, rung_row, table
-from depthscale.results import Results, load
+from depthscale.results import plots
+from depthscale.results.loader import Results, load
+from depthscale.results.report import COLUMNS, rung_row, table
 
 DEPTH_FIELDS = ('model.num_layers', 'model.d_model', 'model.num_heads', 'model.d_ff',
                 'model.mlp_ratio')  # what a depth or width-depth sweep varies

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import jax
 import ml_collections
 
+from depthscale import data
+from depthscale.errors import ConfigError
+from depthscale.model import inner_norms, norms, parametrization, placements, residual
+from depthscale.training import dynamics, sharding
+
 ConfigDict = ml_collections.ConfigDict
-
-
-class ConfigError(ValueError):
-  """An invalid config value; the message names the field and what is allowed."""
+__all__ = ['ConfigDict', 'ConfigError', 'default_config', 'validate']
 
 
 def default_config() -> ConfigDict:
@@ -23,9 +26,9 @@ def default_config() -> ConfigDict:
   m.d_ff = 0  # MLP hidden width (0 = mlp_ratio * d_model)
   m.mlp_ratio = 4.0  # used when d_ff == 0
   m.vocab_size = 256  # V
-  m.norm = 'layernorm'  # norm function: see depthscale.norms.NORMS
+  m.norm = 'layernorm'  # norm function: see depthscale.model.norms.NORMS
   m.norm_eps = 1e-5  # epsilon inside the norm's sqrt
-  m.block = 'pre_ln'  # norm placement: see depthscale.blocks.PLACEMENTS
+  m.block = 'pre_ln'  # norm placement: see depthscale.model.placements.PLACEMENTS
   m.peri_embed_norm = False  # Peri-LN: norm the embedding output (AMBIGUOUS in the paper)
   m.mix_ln_alpha = 0.25  # Mix-LN: the first floor(alpha * L) blocks are Post-LN
   m.keel_alpha = 'sublayers'  # Keel skip multiplier: 'sublayers' (2L) or 'blocks' (L)
@@ -51,7 +54,7 @@ def default_config() -> ConfigDict:
   m.mlp = 'gelu'  # 'gelu' (2 matrices) or 'swiglu' (3 matrices)
   m.tie_embeddings = True  # LM head shares the token embedding
   m.init_std = 0.02  # std of the normal init of every matrix
-  m.init = 'normal'  # init scheme: see depthscale.parametrization.INITS
+  m.init = 'normal'  # init scheme: see depthscale.model.parametrization.INITS
   m.parametrization = 'standard'  # 'standard', 'mup', 'depth_mup', 'completep'
   m.base_d_model = 0  # muP base width (0 = d_model: m_N = 1)
   m.base_num_layers = 0  # depth-muP / CompleteP base depth (0 = num_layers: m_L = 1)
@@ -59,7 +62,7 @@ def default_config() -> ConfigDict:
   m.dtype = 'float32'  # compute dtype; params and optimizer state stay float32
   m.remat = 'none'  # a jax.checkpoint_policies name, or 'none'
   m.unroll_max_layers = 16  # layer scan unrolled (not on logging steps) for num_layers <= this; 0: never
-  m.residual = 'standard'  # residual-stream design: see depthscale.residual.DESIGNS
+  m.residual = 'standard'  # residual-stream design: see depthscale.model.residual.DESIGNS
   m.hc_rate = 4  # hyper_connections / mhc: expansion rate n (number of streams)
   m.hc_dynamic = True  # hyper_connections: dynamic (input-dependent) HC, else static
   m.mhc_sinkhorn_iters = 20  # mhc: Sinkhorn-Knopp iterations t_max
@@ -118,7 +121,7 @@ def default_config() -> ConfigDict:
   t.eval_every = 100  # steps between evaluations (and at the end)
   t.checkpoint_every = 100  # steps between checkpoints (and at the end)
   t.keep_checkpoints = 2  # checkpoints kept on disk
-  t.prores = 'none'  # ProRes schedule: see depthscale.dynamics.PRORES
+  t.prores = 'none'  # ProRes schedule: see depthscale.training.dynamics.PRORES
   t.prores_warmup_steps = 0  # ProRes W: total warmup steps (layer l done at ~W l / L)
   t.prores_value = 'zero'  # ProRes stagewise floor / fix constant: zero, inv_L, inv_sqrt_L, inv_sqrt_l
   t.branchnorm_steps = 0  # BranchNorm (spec's RECONSTRUCTION) T, the maximum norm step; >= 1 with it
@@ -128,7 +131,7 @@ def default_config() -> ConfigDict:
   t.early_exit_scale = 0.0  # LayerSkip early-exit loss e_scale (0 = off)
 
   a = c.metrics = ConfigDict()
-  a.analysis_every = 100  # steps between per-layer analyses (depthscale.analysis), 0 = off; also at the last step
+  a.analysis_every = 100  # steps between per-layer analyses (depthscale.training.analysis), 0 = off; also at the last step
   a.analysis_batch_size = 4  # sequences of the first eval batch the analyses run on
   a.tb_layers = 64  # per-layer TensorBoard scalars for at most this many layers (evenly spaced subset)
   a.images = True  # at the end, TensorBoard images of the main metrics: layer x step heatmaps, l/L profiles
@@ -170,7 +173,6 @@ def check_choice(field: str, value, choices) -> None:
 
 def check_norm_methods(m: ConfigDict) -> None:
   """Checks the normalization switches of the model section and their combinations."""
-  from depthscale import blocks, inner_norms  # pylint: disable=import-outside-toplevel
   check_choice('model.keel_alpha', m.keel_alpha, ('sublayers', 'blocks'))
   check_choice('model.normformer_head_scale', m.normformer_head_scale, ('paper', 'code'))
   check_choice('model.qk_norm', m.qk_norm, inner_norms.QK_NORMS)
@@ -180,11 +182,11 @@ def check_norm_methods(m: ConfigDict) -> None:
     _fail('model.qk_norm_seq_len', m.qk_norm_seq_len, '0 (= data.seq_len) or an integer >= 2')
   if m.bhyt_kappa <= 0:
     _fail('model.bhyt_kappa', m.bhyt_kappa, 'a positive number')
-  if m.ln_scaling and m.block not in blocks.LN_SCALING_PLACEMENTS:
+  if m.ln_scaling and m.block not in placements.LN_SCALING_PLACEMENTS:
     _fail('model.ln_scaling', m.ln_scaling, 'True only with model.block in '
-          + ', '.join(blocks.LN_SCALING_PLACEMENTS))
-  if m.gpas and m.block not in blocks.GPAS_PLACEMENTS:
-    _fail('model.gpas', m.gpas, 'True only with model.block in ' + ', '.join(blocks.GPAS_PLACEMENTS))
+          + ', '.join(placements.LN_SCALING_PLACEMENTS))
+  if m.gpas and m.block not in placements.GPAS_PLACEMENTS:
+    _fail('model.gpas', m.gpas, 'True only with model.block in ' + ', '.join(placements.GPAS_PLACEMENTS))
   if m.qk_norm != 'none' and m.block in ('ngpt', 'simple_norm', 'hybridnorm', 'hybridnorm_star'):
     _fail('model.qk_norm', m.qk_norm, f"'none' with model.block={m.block} (it normalizes q, k itself)")
   if m.layer_rope and (m.block != 'pre_ln' or m.norm not in ('layernorm', 'rmsnorm')):
@@ -204,7 +206,6 @@ def check_norm_methods(m: ConfigDict) -> None:
 
 def _validate_params_dynamics(cfg: ConfigDict) -> None:
   """Parametrization, init and training-dynamics fields."""
-  from depthscale import dynamics, parametrization  # pylint: disable=import-outside-toplevel
   m, t, o = cfg.model, cfg.train, cfg.optim
   check_choice('model.parametrization', m.parametrization, parametrization.PARAMETRIZATIONS)
   check_choice('model.init', m.init, parametrization.INITS)
@@ -247,7 +248,6 @@ def _validate_params_dynamics(cfg: ConfigDict) -> None:
 
 def validate_residual(m: ConfigDict) -> None:
   """Checks the residual-design fields of the model config."""
-  from depthscale import residual  # pylint: disable=import-outside-toplevel
   check_choice('model.residual', m.residual, residual.DESIGNS)
   check_choice('model.value_residual', m.value_residual, residual.VALUE_RESIDUALS)
   check_choice('model.parallel_block', m.parallel_block, residual.PARALLEL_BLOCKS)
@@ -266,8 +266,6 @@ def validate_residual(m: ConfigDict) -> None:
 
 def validate(cfg: ConfigDict) -> None:
   """Checks a resolved config; raises ConfigError with a one-line message."""
-  import jax  # pylint: disable=import-outside-toplevel
-  from depthscale import blocks, data, norms, sharding  # pylint: disable=import-outside-toplevel
 
   check_positive(cfg, ['model.num_layers', 'model.d_model', 'model.num_heads',
                        'model.vocab_size', 'model.init_std', 'model.norm_eps',
@@ -283,7 +281,7 @@ def validate(cfg: ConfigDict) -> None:
     _fail('model.num_kv_heads', m.num_kv_heads, f'0 or a divisor of model.num_heads={m.num_heads}')
   if m.d_ff < 0 or (m.d_ff == 0 and m.mlp_ratio <= 0):
     _fail('model.d_ff', m.d_ff, '0 (use mlp_ratio > 0) or a positive width')
-  check_choice('model.block', m.block, blocks.PLACEMENTS)
+  check_choice('model.block', m.block, placements.PLACEMENTS)
   check_choice('model.norm', m.norm, norms.NORMS)
   check_choice('model.position', m.position, ('rope', 'learned'))
   check_norm_methods(m)
@@ -318,7 +316,4 @@ def validate(cfg: ConfigDict) -> None:
     if cfg.mesh[f] == 0 or cfg.mesh[f] < -1:
       _fail(f'mesh.{f}', cfg.mesh[f], '-1 or a positive axis size')
   sharding.validate(cfg.mesh)
-  try:
-    data.validate(cfg.data, m.vocab_size)
-  except ValueError as e:
-    raise ConfigError(str(e)) from None
+  data.validate(cfg.data, m.vocab_size)

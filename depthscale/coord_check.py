@@ -15,8 +15,17 @@ import os
 import sys
 
 import jax
+import matplotlib
+from matplotlib.figure import Figure
+import pandas as pd
 from absl import app, flags
 from ml_collections import config_flags
+
+from depthscale import data
+from depthscale.config import ConfigError, validate
+from depthscale.model.transformer import make_model
+from depthscale.training.optim import make_optimizer, schedule
+from depthscale.training.steps import init_state, make_train_step
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'Experiment file[:arg].', lock_config=True)
 _VARY = flags.DEFINE_enum('vary', 'd_model', ['d_model', 'num_layers'], 'Size to sweep.')
@@ -36,10 +45,6 @@ def rung_config(cfg, vary: str, value: int):
 
 def run_rung(cfg, steps: int) -> list[dict]:
   """Trains `steps` steps with per-layer statistics on every step; one row per (step, layer)."""
-  from depthscale import data  # pylint: disable=import-outside-toplevel
-  from depthscale.model import make_model
-  from depthscale.optim import make_optimizer, schedule
-  from depthscale.steps import init_state, make_train_step
   model, tx = make_model(cfg, collect_stats=True), make_optimizer(cfg)
   state = jax.jit(init_state, static_argnums=(0, 1, 2, 3))(model, tx, cfg.train.seed, cfg.data.seq_len)
   step_fn = jax.jit(make_train_step(model, tx, schedule(cfg), cfg))
@@ -56,12 +61,10 @@ def run_rung(cfg, steps: int) -> list[dict]:
 
 def plot(df, vary: str, path: str, title: str) -> None:
   """act_rms vs the varied size at the first, middle and last block, one line per step."""
-  import matplotlib  # pylint: disable=import-outside-toplevel
-  matplotlib.use('Agg')
-  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
   positions = {'first block': lambda n: 1, 'middle block': lambda n: (n + 1) // 2,
                'last block': lambda n: n}
-  fig, axes = plt.subplots(1, 3, figsize=(13, 4), sharey=True)
+  fig = Figure(figsize=(13, 4))
+  axes = fig.subplots(1, 3, sharey=True)
   for ax, (name, pick) in zip(axes, positions.items()):
     sel = df[df.layer == df.num_layers.map(pick)]
     for step, g in sel.groupby('step'):
@@ -77,13 +80,10 @@ def plot(df, vary: str, path: str, title: str) -> None:
   fig.suptitle(title)
   fig.tight_layout()
   fig.savefig(path, dpi=100)
-  plt.close(fig)
 
 
 def coord_check(cfg, vary: str, values: list[int], steps: int, out: str):
   """Runs the sweep, writes the CSV and the PNG under out; returns the DataFrame."""
-  import pandas as pd  # pylint: disable=import-outside-toplevel
-  from depthscale.config import validate  # pylint: disable=import-outside-toplevel
   os.makedirs(out, exist_ok=True)
   rows = []
   for v in values:
@@ -101,7 +101,6 @@ def coord_check(cfg, vary: str, values: list[int], steps: int, out: str):
 
 
 def main(argv: list[str]) -> None:
-  from depthscale.config import ConfigError  # pylint: disable=import-outside-toplevel
   if len(argv) > 1 or not _OUT.value or _CONFIG.value is None:
     print('error: usage: --config=FILE.py --vary=d_model|num_layers --out=DIR', file=sys.stderr)
     sys.exit(2)

@@ -10,8 +10,47 @@ import os
 from typing import Any
 
 from depthscale import config as config_lib
+from depthscale.config import default_config
 from depthscale.ladder import Rung
-from depthscale.report import rung_row, table
+from depthscale.results.report import rung_row, table
+from depthscale.training.loop import train_rung
+
+
+def small_config():
+  """A CPU-size run on the embedded data: d_model 64, 2 heads, T 128, batch 16, 150 steps
+  (logs every 25, eval and checkpoint every 75, 15 warmup steps); the quickstart's config."""
+  c = default_config()
+  c.model.d_model = 64
+  c.model.num_heads = 2
+  c.data.seq_len = 128
+  c.data.batch_size = 16
+  c.train.steps = 150
+  c.train.log_every = 25
+  c.train.eval_every = 75
+  c.train.checkpoint_every = 75
+  c.optim.warmup_steps = 15
+  return c
+
+
+def study_config(arg: str | None, *, seq_len: int, batch: int, steps: int, log_every: int,
+                 analyses: bool = False, **model):
+  """default_config() with the recipe every notebook ladder (experiments/repro_*.py) shares:
+  the given data shape and length, a 10% warmup, one eval and one checkpoint at the end,
+  the periodic analyses only at the end and only if asked, TensorBoard images and an
+  unrolled layer scan except in smoke sizes; `model` sets model fields (num_layers=16,
+  d_model=64, ...)."""
+  c = default_config()
+  for field, value in model.items():
+    c.model[field] = value
+  c.data.seq_len, c.data.batch_size, c.data.eval_batches = seq_len, batch, 2
+  c.train.steps, c.train.log_every = steps, log_every
+  c.train.eval_every = c.train.checkpoint_every = steps
+  c.metrics.analysis_every = steps if analyses else 0
+  c.metrics.images = 'smoke' not in (arg or '')
+  if 'smoke' in (arg or ''):  # compile-bound sizes: a rolled layer scan compiles faster
+    c.model.unroll_max_layers = 0
+  c.optim.warmup_steps = steps // 10
+  return c
 
 
 def load_module(path: str):
@@ -91,7 +130,6 @@ def run_ladder(config_arg: str, workdir: str, overrides: dict[str, Any] | None =
                rung: str | None = None) -> list[dict]:
   """Trains every selected rung in workdir/<rung name>/ (resuming or skipping finished
   ones) and returns the table rows; prints the comparison table at the end."""
-  from depthscale.train import train_rung  # pylint: disable=import-outside-toplevel
   resolved = resolve(config_arg, overrides, rung)
   for r, cfg in resolved:
     if r.info:

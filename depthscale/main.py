@@ -9,7 +9,9 @@ import sys
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from depthscale.config import ConfigError
+from depthscale.errors import ConfigError
+from depthscale.experiment import run_ladder
+from depthscale.training import distributed, dryrun
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'Experiment file[:arg].', lock_config=True)
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Ladder directory; rung r lives in WORKDIR/r/.')
@@ -39,8 +41,6 @@ def _parse(argv: list[str]) -> list[str]:
 
 
 def main(argv: list[str]) -> None:
-  from depthscale import distributed, dryrun  # pylint: disable=import-outside-toplevel
-  from depthscale.experiment import run_ladder  # pylint: disable=import-outside-toplevel
   logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO
   if len(argv) > 1:
     _usage_error(f'unexpected arguments: {" ".join(argv[1:])}')

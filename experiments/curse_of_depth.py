@@ -21,15 +21,14 @@ makes deep layers contribute more (pruning them hurts more), and the gain carrie
 fine-tuning (Sun et al. 2025). Mix-LN beats both Pre-LN and Post-LN from 70M to 7B, with
 more uniform gradient norms across layers (Li et al. 2025)."""
 
-import os
-
-from depthscale.experiment import load_module
+from depthscale.experiment import small_config
 from depthscale.ladder import cross, depth_sweep
 
 
 def get_config(arg: str | None = None):
   """The quickstart's small run (d_model 64, T 128, batch 16, 150 steps) with RMSNorm (eps 1e-6), SwiGLU and 200 steps."""
-  c = load_module(os.path.join(os.path.dirname(__file__), 'quickstart.py')).get_config(arg)
+  del arg
+  c = small_config()
   c.model.norm = 'rmsnorm'
   c.model.norm_eps = 1e-6
   c.model.mlp = 'swiglu'

@@ -21,15 +21,15 @@ across vision, speech and DNA models, the gain coming from generalization (Chen 
 2025); DyT's benefit is regime-dependent: it helps at small token budgets and hurts at
 larger ones (P20 in ../shared/papers.md)."""
 
-import os
 
-from depthscale.experiment import load_module
+from depthscale.experiment import small_config
 from depthscale.ladder import cross, depth_sweep
 
 
 def get_config(arg: str | None = None):
   """The quickstart's small run (d_model 64, T 128, batch 16, 150 steps) with SwiGLU."""
-  c = load_module(os.path.join(os.path.dirname(__file__), 'quickstart.py')).get_config(arg)
+  del arg
+  c = small_config()
   c.model.mlp = 'swiglu'
   return c
 

@@ -27,11 +27,9 @@ HybridNorm(*) beats Pre-Norm at 1.2B dense / MoE; Keel trains Post-LN stably pas
 layers; nGPT reaches the same loss with 4-20x fewer steps; SimpleGPT allows 3-10x larger
 learning rates."""
 
-from depthscale.blocks import PLACEMENTS
-import os
-
-from depthscale.experiment import load_module
+from depthscale.experiment import small_config
 from depthscale.ladder import cross, depth_sweep
+from depthscale.model.placements import PLACEMENTS
 
 NGPT = {'optim.weight_decay': 0.0, 'optim.warmup_steps': 0, 'model.tie_embeddings': False}
 # BranchNorm (a reconstruction, see README): LayerNorm, branch normalization fading over 100 steps
@@ -40,7 +38,8 @@ BRANCHNORM = {'model.norm': 'layernorm', 'train.branchnorm_steps': 100}
 
 def get_config(arg: str | None = None):
   """The quickstart's small run (d_model 64, T 128, batch 16, 150 steps) with RMSNorm and SwiGLU."""
-  c = load_module(os.path.join(os.path.dirname(__file__), 'quickstart.py')).get_config(arg)
+  del arg
+  c = small_config()
   c.model.norm = 'rmsnorm'
   c.model.mlp = 'swiglu'
   return c

@@ -11,23 +11,13 @@ literature starts from. 150 steps are too few for the k-hop answers (accuracy ~0
 final table compares the rungs.
 """
 
-from depthscale.config import default_config
+from depthscale.experiment import small_config
 from depthscale.ladder import cross, depth_sweep
 
 
 def get_config(arg: str | None = None):
   del arg
-  c = default_config()
-  c.model.d_model = 64
-  c.model.num_heads = 2
-  c.data.seq_len = 128
-  c.data.batch_size = 16
-  c.train.steps = 150
-  c.train.log_every = 25
-  c.train.eval_every = 75
-  c.train.checkpoint_every = 75
-  c.optim.warmup_steps = 15
-  return c
+  return small_config()
 
 
 def get_ladder(arg: str | None = None):

@@ -16,7 +16,7 @@ Pre-LN 2.35 +- 0.02, LNS 2.36 (no gain at this size).
 """
 
 from depthscale.ladder import Rung, cross
-from depthscale.notebook import study_config
+from depthscale.experiment import study_config
 
 # name -> (L, D, heads, seq_len, batch, steps, seeds, log_every)
 SIZES = {

@@ -15,7 +15,7 @@ CompleteP (the coordinate check); the best learning rate per depth is reported.
 """
 
 from depthscale.ladder import Rung
-from depthscale.notebook import study_config
+from depthscale.experiment import study_config
 
 L0 = 2  # base depth: every parametrization agrees at L = L0
 # name -> (D, heads, coord-check depths, sweep depths, learning rates, parametrizations,

@@ -11,7 +11,7 @@ any normalization, and their saturation fraction per block is logged over traini
 """
 
 from depthscale.ladder import Rung, cross
-from depthscale.notebook import study_config
+from depthscale.experiment import study_config
 
 # name -> (L, D, heads, seq_len, batch, steps, seeds, log_every)
 SIZES = {

@@ -18,7 +18,7 @@ gets ~1e-7 of its last block's gradient.
 """
 
 from depthscale.ladder import Rung, cross
-from depthscale.notebook import study_config
+from depthscale.experiment import study_config
 
 # name -> (L, D, heads, seq_len, batch, steps, seeds, log_every)
 SIZES = {

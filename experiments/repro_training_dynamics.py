@@ -13,7 +13,7 @@ LayerSkip brings the early layers' logit-lens predictions closer to the final on
 """
 
 from depthscale.ladder import Rung, cross
-from depthscale.notebook import study_config
+from depthscale.experiment import study_config
 
 # name -> (L, D, heads, seq_len, batch, steps, seeds, log_every)
 SIZES = {

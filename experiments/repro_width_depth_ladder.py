@@ -12,7 +12,7 @@ Expected result (measured, cpu): eval loss (d128, L2) < (d64, L8) < (d32, L32) a
 """
 
 from depthscale.ladder import Rung, budget_sweep, cross
-from depthscale.notebook import study_config
+from depthscale.experiment import study_config
 
 # name -> (budget, depths, head_dim, seq_len, batch, steps, seeds, log_every)
 SIZES = {

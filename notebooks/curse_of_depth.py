@@ -50,7 +50,8 @@
 import matplotlib.pyplot as plt
 import numpy as np
 
-from depthscale import compare, notebook
+from depthscale import compare
+from depthscale.results import notebook
 
 SIZE = 'smoke' if notebook.smoke() else 'cpu'  # 'paper': the full-size ladder (accelerator)
 OUT = notebook.outputs('curse_of_depth')

@@ -53,9 +53,9 @@
 # %%
 import matplotlib.pyplot as plt
 
-from depthscale import notebook
 from depthscale.coord_check import coord_check
 from depthscale.experiment import load_module, resolve, run_ladder
+from depthscale.results import notebook
 
 SIZE = 'smoke' if notebook.smoke() else 'cpu'  # 'paper': the full-size ladder (accelerator)
 OUT = notebook.outputs('depth_transfer')

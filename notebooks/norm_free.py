@@ -49,7 +49,7 @@
 # %%
 import matplotlib.pyplot as plt
 
-from depthscale import notebook
+from depthscale.results import notebook
 
 SIZE = 'smoke' if notebook.smoke() else 'cpu'  # 'paper': the full-size ladder (accelerator)
 OUT = notebook.outputs('norm_free')

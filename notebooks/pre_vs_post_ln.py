@@ -60,8 +60,9 @@
 import matplotlib.pyplot as plt
 import numpy as np
 
-from depthscale import data, notebook
+from depthscale import data
 from depthscale.experiment import resolve
+from depthscale.results import notebook
 
 SIZE = 'smoke' if notebook.smoke() else 'cpu'  # 'paper': the full-size ladder (accelerator)
 OUT = notebook.outputs('pre_vs_post_ln')

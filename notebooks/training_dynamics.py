@@ -54,7 +54,7 @@
 import matplotlib.pyplot as plt
 import numpy as np
 
-from depthscale import notebook
+from depthscale.results import notebook
 
 SIZE = 'smoke' if notebook.smoke() else 'cpu'  # 'paper': the full-size ladder (accelerator)
 OUT = notebook.outputs('training_dynamics')

@@ -46,8 +46,8 @@
 import matplotlib.pyplot as plt
 import numpy as np
 
-from depthscale import notebook
 from depthscale.experiment import resolve, run_ladder
+from depthscale.results import notebook
 
 SIZE = 'smoke' if notebook.smoke() else 'cpu'  # 'paper': the full-size ladder (accelerator)
 OUT = notebook.outputs('width_depth_ladder')

@@ -8,9 +8,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from depthscale.blocks import layer_schedule
-from depthscale.model import Block, Transformer, make_model
-from tests.conftest import tiny_config
+from depthscale.model.placements import layer_schedule
+from depthscale.model.transformer import Block, Transformer, make_model
+from tests.helpers import tiny_config
 
 
 def small_config(**model_overrides):

@@ -13,14 +13,15 @@ import sys
 
 import jax
 
-from depthscale import data, distributed, dryrun, sharding
+from depthscale import data
 from depthscale.config import ConfigError, validate
-from depthscale.model import make_model
-from depthscale.optim import make_optimizer, schedule
-from depthscale.steps import init_state, make_train_step
-from depthscale.train import train_rung
-from depthscale.writers import read_jsonl
-from tests.conftest import tiny_config
+from depthscale.model.transformer import make_model
+from depthscale.training import distributed, dryrun, sharding
+from depthscale.training.loop import train_rung
+from depthscale.training.optim import make_optimizer, schedule
+from depthscale.training.steps import init_state, make_train_step
+from depthscale.training.writers import read_jsonl
+from tests.helpers import tiny_config
 
 MESHES = ((8, 1, 1), (2, 4, 1), (2, 2, 2), (1, 4, 2))
 

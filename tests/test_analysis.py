@@ -6,12 +6,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from depthscale import analysis
-from depthscale.blocks import layer_schedule
-from depthscale.model import Block, Transformer, make_model
-from depthscale.optim import make_optimizer
-from depthscale.steps import init_state
-from tests.conftest import tiny_config
+from depthscale.model.placements import layer_schedule
+from depthscale.model.transformer import Block, Transformer, make_model
+from depthscale.training import analysis
+from depthscale.training.optim import make_optimizer
+from depthscale.training.steps import init_state
+from tests.helpers import tiny_config
 
 ZERO = 1  # 0-based index of the identity block
 

@@ -12,7 +12,7 @@ import time
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from depthscale.writers import read_jsonl
+from depthscale.training.writers import read_jsonl
 
 TINY = ['--config.model.d_model=32', '--config.model.num_heads=2', '--config.data.seq_len=32',
         '--config.data.batch_size=4', '--config.data.eval_batches=1', '--config.train.steps=4',

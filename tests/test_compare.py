@@ -9,10 +9,12 @@ import numpy as np
 import pytest
 from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 
-from depthscale import compare, results
-from depthscale.train import train_rung
-from depthscale.writers import read_jsonl
-from tests.conftest import tiny_config
+from depthscale import compare
+from depthscale import results
+from depthscale.results import loader
+from depthscale.training.loop import train_rung
+from depthscale.training.writers import read_jsonl
+from tests.helpers import tiny_config
 
 DEPTHS = (1, 2)
 
@@ -46,7 +48,7 @@ def test_loader_round_trips_the_ladder(ladder):
                 for k, v in rec.items() if k != 'step'}
     assert rebuilt == expected
     scal = res.scalars[res.scalars.rung == rung]
-    for log in results.SCALAR_LOGS:
+    for log in loader.SCALAR_LOGS:
       for rec in read_jsonl(ladder / rung / log):
         for k, v in rec.items():
           if k != 'step':

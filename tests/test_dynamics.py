@@ -9,11 +9,13 @@ import numpy as np
 import optax
 import pytest
 
-from depthscale import blocks, config, data, dynamics, llr
-from depthscale.model import Transformer, apply_unrolled, make_model
-from depthscale.optim import lr_multipliers, make_optimizer, schedule
-from depthscale.steps import early_exit_weights, init_state, make_train_step
-from tests.conftest import tiny_config
+from depthscale import config, data
+from depthscale.model import placements
+from depthscale.model.transformer import Transformer, apply_unrolled, make_model
+from depthscale.training import dynamics, llr
+from depthscale.training.optim import lr_multipliers, make_optimizer, schedule
+from depthscale.training.steps import early_exit_weights, init_state, make_train_step
+from tests.helpers import tiny_config
 
 
 def _setup(cfg):
@@ -67,9 +69,9 @@ def test_branchnorm_normalizes_the_branch_at_step0_and_is_post_ln_after_T():
   x = jax.random.normal(jax.random.PRNGKey(2), (2, 5, 32))
   for t, a in ((0, 0.0), (4, 0.4), (10, 1.0), (25, 1.0)):
     layer = {'branchnorm_a': dynamics.branchnorm_a(cfg, t)[0]}
-    sub = blocks.Sublayer('attn', lambda h: 3.0 * h + 1.0, lambda role: (lambda y: y), layer,
+    sub = placements.Sublayer('attn', lambda h: 3.0 * h + 1.0, lambda role: (lambda y: y), layer,
                           cfg.model)
-    update = np.asarray(blocks.branchnorm(x, sub) - x)
+    update = np.asarray(placements.branchnorm(x, sub) - x)
     np.testing.assert_allclose(update, _bn_reference(3.0 * x + 1.0, a, cfg.model.norm_eps),
                                rtol=1e-5, atol=1e-5)
     if t == 0:

@@ -7,9 +7,9 @@ import jax
 import pytest
 
 from depthscale import experiment
-from depthscale.model import make_model
-from depthscale.optim import make_optimizer
-from depthscale.steps import init_state
+from depthscale.model.transformer import make_model
+from depthscale.training.optim import make_optimizer
+from depthscale.training.steps import init_state
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FILES = sorted(glob.glob(os.path.join(ROOT, 'experiments', '*.py')))

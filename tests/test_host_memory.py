@@ -7,14 +7,14 @@ import sys
 
 import pytest
 
-from depthscale import host_memory
+from depthscale.training import host_memory
 
 # Minor page faults of the last 4 of 12 executions of a compiled step with a 64 MB temporary
 # (exp(x), the dot's operand): glibc maps a request that large afresh unless freed memory is
 # kept.
 PROBE = """
 import resource, time
-from depthscale import host_memory
+from depthscale.training import host_memory
 import jax, jax.numpy as jnp
 x, w = jnp.ones((4096, 4096)), jnp.ones((4096, 8))
 step = jax.jit(lambda x, w: jnp.exp(x) @ w).lower(x, w).compile()

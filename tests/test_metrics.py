@@ -8,12 +8,12 @@ import numpy as np
 import optax
 import pytest
 
-from depthscale.model import make_model
-from depthscale.optim import make_optimizer, schedule
-from depthscale.stats import (attention_entropy, block_stats, record_saturation,
+from depthscale.model.stats import (attention_entropy, block_stats, record_saturation,
+from depthscale.model.transformer import make_model
+from depthscale.training.optim import make_optimizer, schedule
                               saturation_per_layer)
-from depthscale.steps import init_state, make_train_step, weighted_loss
-from tests.conftest import tiny_config
+from depthscale.training.steps import init_state, make_train_step, weighted_loss
+from tests.helpers import tiny_config
 
 
 def _np_norm(x):

@@ -6,11 +6,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from depthscale.model import Transformer, apply_unrolled, make_model
-from depthscale.steps import init_state
-from depthscale.optim import make_optimizer
 from depthscale.config import ConfigError, validate
-from tests.conftest import tiny_config
+from depthscale.model.transformer import Transformer, apply_unrolled, make_model
+from depthscale.training.optim import make_optimizer
+from depthscale.training.steps import init_state
+from tests.helpers import tiny_config
 
 
 def _params(cfg, seed=0):

@@ -9,9 +9,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from depthscale import inner_norms, layer_rope, norms
-from depthscale.blocks import gpas
 from depthscale.config import default_config
+from depthscale.model import inner_norms, layer_rope, norms
+from depthscale.model.placements import gpas
 
 D = 16
 

@@ -10,9 +10,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from depthscale.blocks import Sublayer, deepnorm, keel, layer_schedule, num_post_blocks, pre_ln
-from depthscale.model import Attention, Transformer, make_model
-from depthscale.norms import RMSNorm
+from depthscale.model.norms import RMSNorm
+from depthscale.model.placements import Sublayer, deepnorm, keel, layer_schedule, num_post_blocks, pre_ln
+from depthscale.model.transformer import Attention, Transformer, make_model
 from tests.norm_cases import block_outputs, init, run_block, small_config, token_rms, tokens
 
 D = 16

@@ -11,11 +11,12 @@ import jax
 import numpy as np
 import pytest
 
-from depthscale import blocks, data, norms
+from depthscale import data
 from depthscale.config import validate
-from depthscale.model import apply_unrolled, make_model
-from depthscale.optim import make_optimizer, schedule
-from depthscale.steps import init_state, make_train_step
+from depthscale.model import norms, placements
+from depthscale.model.transformer import apply_unrolled, make_model
+from depthscale.training.optim import make_optimizer, schedule
+from depthscale.training.steps import init_state, make_train_step
 from tests.norm_cases import small_config, tokens
 
 CASES = {
@@ -43,7 +44,7 @@ STEPS = 20
 
 def test_cases_cover_every_method():
   used = lambda field: {c.get(field) for c in CASES.values()}
-  assert set(blocks.PLACEMENTS) - {'branchnorm'} <= used('block')  # step-dependent: test_dynamics
+  assert set(placements.PLACEMENTS) - {'branchnorm'} <= used('block')  # step-dependent: test_dynamics
   assert set(norms.NORMS) - {'layernorm'} <= used('norm')  # layernorm: the default
   assert {'full', 'per_head', 'l2_learned_scale'} <= used('qk_norm')
   assert all(True in used(f) for f in ('ln_scaling', 'gpas', 'layer_rope', 'fix_norm',

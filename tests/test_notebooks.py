@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from nbclient import NotebookClient
 
-from depthscale import notebook
+from depthscale.results import notebook
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOTEBOOKS = sorted(glob.glob(os.path.join(ROOT, 'notebooks', '*.py')))
@@ -33,9 +33,9 @@ def test_notebook_runs_in_smoke_mode(path, tmp_path, monkeypatch):
 
 
 def test_init_grad_norms_match_the_step_zero_record(tmp_path):
-  from depthscale.train import train_rung
-  from depthscale.writers import read_jsonl
-  from tests.conftest import tiny_config
+  from depthscale.training.loop import train_rung
+  from depthscale.training.writers import read_jsonl
+  from tests.helpers import tiny_config
   cfg = tiny_config(**{'train.steps': 1, 'metrics.analysis_every': 0, 'metrics.images': False})
   train_rung(cfg, str(tmp_path))
   step0 = read_jsonl(os.path.join(tmp_path, 'layer_metrics.jsonl'))[0]

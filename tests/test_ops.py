@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from depthscale import ops
+from depthscale.model import ops
 
 
 def test_gelu_tanh_value_and_gradient_match_jax_gelu_in_float64():

@@ -8,11 +8,11 @@ import numpy as np
 import optax
 import pytest
 
-from depthscale import parametrization as pz
-from depthscale.model import Transformer, make_model
-from depthscale.optim import make_optimizer
-from depthscale.steps import init_state
-from tests.conftest import tiny_config
+from depthscale.model import parametrization as pz
+from depthscale.model.transformer import Transformer, make_model
+from depthscale.training.optim import make_optimizer
+from depthscale.training.steps import init_state
+from tests.helpers import tiny_config
 
 
 def _params(cfg, seed=0):

@@ -5,13 +5,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from depthscale import config, residual
-from depthscale.blocks import layer_schedule
-from depthscale.model import Attention, Block, Mlp, make_model
-from depthscale.norms import LayerNorm
-from depthscale.optim import decay_mask, make_optimizer
-from depthscale.steps import init_state
-from tests.conftest import tiny_config
+from depthscale import config
+from depthscale.model import residual
+from depthscale.model.norms import LayerNorm
+from depthscale.model.placements import layer_schedule
+from depthscale.model.transformer import Attention, Block, Mlp, make_model
+from depthscale.training.optim import decay_mask, make_optimizer
+from depthscale.training.steps import init_state
+from tests.helpers import tiny_config
 
 
 def _params(cfg):

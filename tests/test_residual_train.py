@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from depthscale import config
-from depthscale.model import apply_unrolled, make_model
-from depthscale.optim import make_optimizer, schedule
-from depthscale.steps import init_state, make_train_step
-from tests.conftest import tiny_config
+from depthscale.model.transformer import apply_unrolled, make_model
+from depthscale.training.optim import make_optimizer, schedule
+from depthscale.training.steps import init_state, make_train_step
+from tests.helpers import tiny_config
 
 CASES = {
     'hc_dynamic+satformer': {'model.residual': 'hyper_connections', 'model.value_residual': 'satformer'},

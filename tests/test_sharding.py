@@ -14,8 +14,8 @@ import sys
 import numpy as np
 import pytest
 
-from depthscale import distributed, sharding
 from depthscale.config import ConfigError, default_config
+from depthscale.training import distributed, sharding
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Loaded 2-core CI machines can starve a device thread past XLA's 40 s rendezvous limit.

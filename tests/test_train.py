@@ -9,12 +9,12 @@ import optax
 import pytest
 
 from depthscale import data
-from depthscale.model import make_model
-from depthscale.optim import make_optimizer
-from depthscale.steps import init_state, weighted_loss
-from depthscale.train import NonFiniteError, train_rung
-from depthscale.writers import read_jsonl
-from tests.conftest import tiny_config
+from depthscale.model.transformer import make_model
+from depthscale.training.loop import NonFiniteError, train_rung
+from depthscale.training.optim import make_optimizer
+from depthscale.training.steps import init_state, weighted_loss
+from depthscale.training.writers import read_jsonl
+from tests.helpers import tiny_config
 
 
 def test_layer_grad_norm_matches_a_float64_norm(tmp_path):
@@ -65,7 +65,7 @@ def test_non_finite_stops_and_keeps_last_good_checkpoint(tmp_path):
 
 
 def test_schedules_warm_up_then_decay():
-  from depthscale.optim import schedule
+  from depthscale.training.optim import schedule
   for name in ('constant', 'cosine', 'linear', 'wsd'):
     cfg = tiny_config(**{'optim.schedule': name, 'train.steps': 100, 'optim.warmup_steps': 10})
     lr = schedule(cfg)
@@ -79,7 +79,7 @@ def test_schedules_warm_up_then_decay():
 
 
 def test_weight_decay_mask():
-  from depthscale.optim import decay_mask
+  from depthscale.training.optim import decay_mask
   cfg = tiny_config()
   params = init_state(make_model(cfg), optax.identity(), 0, cfg.data.seq_len)['params']
   mask = decay_mask(cfg, params)
@@ -107,8 +107,8 @@ NO_DECAY_CASES = {
 def test_weight_decay_only_on_matrices(case):
   """No parameter with per-layer rank < 2 (the leading axis under 'blocks' is the layer axis)
   decays; hidden matrices do, and they alone form muP's 'hidden_matrix' group."""
-  from depthscale.optim import decay_mask, per_layer_rank
-  from depthscale.parametrization import param_group
+  from depthscale.training.optim import decay_mask
+  from depthscale.model.param_tree import param_group, per_layer_rank
   overrides, named = NO_DECAY_CASES[case]
   cfg = tiny_config(**overrides)
   model = make_model(cfg)

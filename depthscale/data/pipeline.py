@@ -13,16 +13,18 @@ from __future__ import annotations
 import sys
 
 import grain
+import jax
 from ml_collections import ConfigDict
 import numpy as np
 
 from depthscale.data import sources
+from depthscale.errors import ConfigError
 
 
 def _per_process_batch(cfg: ConfigDict, process_count: int) -> int:
   """data.batch_size // process_count; raises unless it divides evenly."""
   if not isinstance(cfg.batch_size, int) or cfg.batch_size <= 0 or cfg.batch_size % process_count:
-    raise ValueError(f'data.batch_size={cfg.batch_size!r} is invalid: allowed a '
+    raise ConfigError(f'data.batch_size={cfg.batch_size!r} is invalid: allowed a '
                      f'positive multiple of process_count={process_count}')
   return cfg.batch_size // process_count
 
@@ -34,20 +36,19 @@ def _global_index(m: int, b: int, process_index: int, process_count: int) -> int
 
 
 def validate(cfg: ConfigDict, vocab_size: int, process_count: int | None = None) -> None:
-  """Raises ValueError with a one-line message if `cfg` (data section) is unusable.
+  """Raises ConfigError with a one-line message if `cfg` (data section) is unusable.
 
   process_count defaults to jax.process_count().
   """
   if not isinstance(cfg.seq_len, int) or cfg.seq_len <= 0:
-    raise ValueError(f'data.seq_len={cfg.seq_len!r} is invalid: allowed a positive int')
+    raise ConfigError(f'data.seq_len={cfg.seq_len!r} is invalid: allowed a positive int')
   if process_count is None:
-    import jax  # pylint: disable=import-outside-toplevel
     process_count = jax.process_count()
   _per_process_batch(cfg, process_count)
   sources.check(cfg)
   need = sources.required_vocab(cfg)
   if vocab_size < need:
-    raise ValueError(f'model.vocab_size={vocab_size!r} is invalid: allowed >= {need} '
+    raise ConfigError(f'model.vocab_size={vocab_size!r} is invalid: allowed >= {need} '
                      f'for data.source={cfg.source!r}')
 
 

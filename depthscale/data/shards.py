@@ -18,6 +18,7 @@ import numpy as np
 from array_record.python.array_record_module import ArrayRecordWriter
 
 from depthscale.data import text
+from depthscale.errors import ConfigError
 
 META = 'meta.json'
 
@@ -26,7 +27,7 @@ def eval_pattern(pattern: str) -> str:
   """The eval-split glob paired with a train-split glob."""
   head, tail = os.path.split(pattern)
   if 'train' not in tail:
-    raise ValueError(f'data.source=array_record:{pattern!r} is invalid: allowed a '
+    raise ConfigError(f'data.source=array_record:{pattern!r} is invalid: allowed a '
                      "file pattern containing 'train' (eval is found by "
                      "replacing it with 'eval')")
   return os.path.join(head, tail.replace('train', 'eval', 1))
@@ -36,7 +37,7 @@ def read_meta(pattern: str) -> dict:
   """The meta.json next to the first file matching pattern."""
   path = os.path.join(os.path.dirname(text.expand(pattern)[0]), META)
   if not os.path.isfile(path):
-    raise ValueError(f'data.source=array_record:{pattern!r} is invalid: allowed '
+    raise ConfigError(f'data.source=array_record:{pattern!r} is invalid: allowed '
                      f'shards with a {META} written by depthscale.data.prepare')
   with open(path) as f:
     return json.load(f)

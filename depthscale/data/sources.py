@@ -17,6 +17,7 @@ from depthscale.data import shards
 from depthscale.data import text
 from depthscale.data import tokenizer
 from depthscale.data import vocab
+from depthscale.errors import ConfigError
 
 SOURCES = {
     'grammar': 'seeded nested PCFG language (data.grammar_seed); see grammar.py',
@@ -37,8 +38,8 @@ class Source:
   eval: Callable[[int], Example]
 
 
-def _invalid(field: str, value, allowed: str) -> ValueError:
-  return ValueError(f'{field}={value!r} is invalid: allowed {allowed}')
+def _invalid(field: str, value, allowed: str) -> ConfigError:
+  return ConfigError(f'{field}={value!r} is invalid: allowed {allowed}')
 
 
 def parse(source: str) -> tuple[str, str]:
@@ -55,7 +56,7 @@ def khop_spec(cfg: ConfigDict) -> khop.Spec:
 
 
 def check(cfg: ConfigDict) -> None:
-  """Raises ValueError for a source-specific field that cannot work."""
+  """Raises ConfigError for a source-specific field that cannot work."""
   kind, pattern = parse(cfg.source)
   length = cfg.seq_len + 1
   if kind in ('khop', 'mix'):

@@ -9,6 +9,7 @@ import os
 import numpy as np
 
 from depthscale.data import tokenizer as tokenizer_lib
+from depthscale.errors import ConfigError
 
 
 def expand(pattern: str) -> list[str]:
@@ -16,7 +17,7 @@ def expand(pattern: str) -> list[str]:
   paths = sorted(p for p in glob.glob(os.path.expanduser(pattern), recursive=True)
                  if os.path.isfile(p))
   if not paths:
-    raise ValueError(f'data.source glob {pattern!r} is invalid: allowed a glob '
+    raise ConfigError(f'data.source glob {pattern!r} is invalid: allowed a glob '
                      'that matches at least one file')
   return paths
 

@@ -8,6 +8,8 @@ from typing import Protocol
 
 import numpy as np
 
+from depthscale.errors import ConfigError
+
 
 class Tokenizer(Protocol):
   """Maps a document's bytes to token ids."""
@@ -34,13 +36,13 @@ class SentencePieceTokenizer:
     try:
       import sentencepiece  # pylint: disable=import-outside-toplevel
     except ImportError:
-      raise ValueError(f'data.tokenizer={path!r} needs the sentencepiece package '
+      raise ConfigError(f'data.tokenizer={path!r} needs the sentencepiece package '
                        '(pip install sentencepiece); or use byte') from None
     self._sp = sentencepiece.SentencePieceProcessor(model_file=path)
     self.vocab_size = self._sp.get_piece_size()
     self.eos_id = self._sp.eos_id()
     if self.eos_id < 0:
-      raise ValueError(f'data.tokenizer={path!r} is invalid: allowed a '
+      raise ConfigError(f'data.tokenizer={path!r} is invalid: allowed a '
                        'SentencePiece model with an eos piece')
 
   def encode(self, data: bytes) -> np.ndarray:
@@ -54,7 +56,7 @@ def load(spec: str) -> Tokenizer:
   if spec == 'byte':
     return ByteTokenizer()
   if not os.path.isfile(os.path.expanduser(spec)):
-    raise ValueError(f'data.tokenizer={spec!r} is invalid: allowed byte or the '
+    raise ConfigError(f'data.tokenizer={spec!r} is invalid: allowed byte or the '
                      'path of an existing SentencePiece .model file')
   return SentencePieceTokenizer(os.path.expanduser(spec))
 

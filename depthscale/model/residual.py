@@ -11,7 +11,7 @@ block calls step itself, so the sublayer's parameters stay where the standard bl
 Every learned scalar or vector whose init is a constant (mixing weights, gates, biases)
 is stored as a zero-initialized offset from that init, so the value at init is exact and
 weight decay (off by default, `optim.decay_residual`) pulls toward the init. Parameter
-modules are named `res_*` (depthscale.optim.param_kind -> 'residual').
+modules are named `res_*` (depthscale.model.param_tree.param_kind -> 'residual').
 
 Carry shapes: x_BxTxD, or x_NxBxTxD for the n streams of HC / mHC; sources_SxBxTxD (AttnRes
 blocks), dwa_Lp1xBxTxD (DenseFormer history), prev_KxBxTxD (LAuReL-PA), v1_BxTxKxE.
@@ -27,8 +27,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from depthscale.blocks import Sublayer
-from depthscale.norms import RMSNorm, make_norm
+from depthscale.model.norms import RMSNorm, make_norm
+from depthscale.model.placements import Sublayer
 
 Step = Callable[[jax.Array], jax.Array]
 Write = Callable[[jax.Array], dict]  # y = step(h) -> the new carry

@@ -151,22 +151,7 @@ def scaled_normal(std) -> Callable:
 
 
 # ---------------------------------------------------------------- optimizer multipliers
-
-GROUPS = ('embedding', 'outer', 'hidden_matrix', 'hidden_vector')
-
-
-def param_group(path, leaf) -> str:
-  """'embedding' (embeddings, untied head), 'outer' (final norm, other parameters outside the
-  blocks), 'hidden_matrix' (per-layer rank >= 2) or 'hidden_vector' (norm gains and biases,
-  gates and other scalars or vectors inside the blocks): see depthscale.optim.param_kind."""
-  from depthscale.optim import param_kind  # pylint: disable=import-outside-toplevel
-  kind = param_kind(path, leaf)
-  if kind == 'embedding':
-    return 'embedding'
-  if str(getattr(path[0], 'key', path[0])) != 'blocks':
-    return 'outer'
-  return 'hidden_matrix' if kind == 'matrix' else 'hidden_vector'
-
+# (per group of depthscale.model.param_tree.param_group)
 
 def lr_mult(cfg, group: str) -> float:
   """Adam LR multiplier: hidden matrices m_N^-1 m_L^(alpha-1); hidden gains and biases

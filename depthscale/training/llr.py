@@ -17,7 +17,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-FAN_IN_DIMS = {'q': 1, 'kv': 1, 'o': 2, 'wi': 1, 'wo': 1}  # leading dims (after L) forming fan-in
+from depthscale.model.param_tree import EMBEDDING_PARAMS, FAN_IN_DIMS, block_matrix, path_keys
+
 
 
 def hill_alpha(eigs_sorted) -> jax.Array:
@@ -60,21 +61,11 @@ def esd(w_xMxN) -> jax.Array:
   return jnp.linalg.eigvalsh(gram)
 
 
-def _llr_leaf(path) -> str | None:
-  keys = [str(getattr(k, 'key', k)) for k in path]
-  return keys[-1] if keys[0] == 'blocks' and keys[-1] in FAN_IN_DIMS else None
-
-
-def _embedding_leaf(path) -> bool:
-  from depthscale.model import EMBEDDING_PARAMS  # pylint: disable=import-outside-toplevel
-  return str(getattr(path[0], 'key', path[0])) in EMBEDDING_PARAMS
-
-
 def target_multipliers(cfg, params):
   """LR multiplier per leaf from the current weights (broadcasting against the leaf)."""
   o = cfg.optim
   alphas = jax.tree_util.tree_map_with_path(
-      lambda path, w: module_alphas(_llr_leaf(path), w) if _llr_leaf(path) else None, params)
+      lambda path, w: module_alphas(block_matrix(path), w) if block_matrix(path) else None, params)
   flat = [a.ravel() for a in jax.tree.leaves(alphas)]
   if not flat:
     return jax.tree.map(lambda w: jnp.ones((), jnp.float32), params)
@@ -85,9 +76,9 @@ def target_multipliers(cfg, params):
     return o.llr_min + (o.llr_max - o.llr_min) * (a - lo) / jnp.maximum(hi - lo, 1e-12)
 
   def leaf(path, w):
-    name = _llr_leaf(path)
+    name = block_matrix(path)
     if name is None:
-      return jnp.asarray(o.llr_max if _embedding_leaf(path) else 1.0, jnp.float32)
+      return jnp.asarray(o.llr_max if path_keys(path)[0] in EMBEDDING_PARAMS else 1.0, jnp.float32)
     m = lr(module_alphas(name, w))  # (L, S)
     shape = [w.shape[0]] + [1] * (w.ndim - 1)
     if _fused(name, w):

@@ -13,7 +13,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from depthscale.norms import make_norm
+from depthscale.model.norms import make_norm
 
 
 def rotate(gain_D: jax.Array, angle: jax.Array, base: float) -> jax.Array:

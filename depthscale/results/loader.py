@@ -8,7 +8,7 @@ import os
 
 import pandas as pd
 
-from depthscale.writers import read_jsonl
+from depthscale.training.writers import read_jsonl
 
 SCALAR_LOGS = ('train_log.jsonl', 'eval_log.jsonl', 'analysis_log.jsonl')
 

@@ -12,8 +12,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from depthscale import ops
-from depthscale.stats import record_saturation
+from depthscale.model import ops
+from depthscale.model.stats import record_saturation
 
 
 def _param(module: nn.Module, name: str, init, size: int, axis: str):

@@ -16,14 +16,12 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from depthscale import inner_norms, layer_rope, ngpt, ops, residual
-from depthscale import parametrization as pz
-from depthscale.blocks import PLACEMENTS, base_init, layer_schedule, sublayer_factory
-from depthscale.norms import EMBED_SCALED, l2_normalize, make_norm
-from depthscale.stats import attention_entropy, block_stats
-
-EMBEDDING_PARAMS = ('embedding', 'pos_embedding', 'head')
-
+from depthscale.model import inner_norms, layer_rope, ngpt, ops, residual
+from depthscale.model import parametrization as pz
+from depthscale.model.norms import EMBED_SCALED, l2_normalize, make_norm
+from depthscale.model.param_tree import EMBEDDING_PARAMS
+from depthscale.model.placements import PLACEMENTS, base_init, layer_schedule, sublayer_factory
+from depthscale.model.stats import attention_entropy, block_stats
 
 def d_ff(cfg) -> int:
   """MLP hidden width F."""

@@ -7,33 +7,21 @@ from __future__ import annotations
 import os
 import re
 
+import jax
+import matplotlib.pyplot as plt
 import numpy as np
+import optax
 import pandas as pd
+
+from depthscale import data
+from depthscale.experiment import run_ladder
+from depthscale.model.stats import per_layer_norm
+from depthscale.model.transformer import make_model
+from depthscale.results import loader
+from depthscale.training.steps import init_state, weighted_loss
 
 SMOKE_ENV = 'DEPTHSCALE_SMOKE'  # '1': every run shrinks so a notebook runs in CI in seconds
 OUTPUTS_ENV = 'DEPTHSCALE_NOTEBOOK_OUTPUTS'  # where runs and PNGs go (default: outputs/)
-
-
-def study_config(arg: str | None, *, seq_len: int, batch: int, steps: int, log_every: int,
-                 analyses: bool = False, **model):
-  """default_config() with the recipe every notebook ladder (experiments/repro_*.py) shares:
-  the given data shape and length, a 10% warmup, one eval and one checkpoint at the end,
-  the periodic analyses only at the end and only if asked, TensorBoard images and an
-  unrolled layer scan except in smoke sizes; `model` sets model fields (num_layers=16,
-  d_model=64, ...)."""
-  from depthscale.config import default_config  # pylint: disable=import-outside-toplevel
-  c = default_config()
-  for field, value in model.items():
-    c.model[field] = value
-  c.data.seq_len, c.data.batch_size, c.data.eval_batches = seq_len, batch, 2
-  c.train.steps, c.train.log_every = steps, log_every
-  c.train.eval_every = c.train.checkpoint_every = steps
-  c.metrics.analysis_every = steps if analyses else 0
-  c.metrics.images = 'smoke' not in (arg or '')
-  if 'smoke' in (arg or ''):  # compile-bound sizes: a rolled layer scan compiles faster
-    c.model.unroll_max_layers = 0
-  c.optim.warmup_steps = steps // 10
-  return c
 
 
 def smoke() -> bool:
@@ -51,17 +39,14 @@ def outputs(name: str) -> str:
 def run(experiment: str, ladder_dir: str):
   """Trains the ladder (finished rungs are reused) and loads it: (run_ladder's table rows,
   depthscale.results.Results, variant -> its rungs)."""
-  from depthscale import results  # pylint: disable=import-outside-toplevel
-  from depthscale.experiment import run_ladder  # pylint: disable=import-outside-toplevel
   rows = run_ladder(experiment, ladder_dir)
-  return rows, results.load(ladder_dir), by_variant(r['rung'] for r in rows)
+  return rows, loader.load(ladder_dir), by_variant(r['rung'] for r in rows)
 
 
 def loss_curves(scalars: pd.DataFrame, groups: dict[str, list[str]], title: str,
                 reference: tuple[str, float] | None = None):
   """Figure of train loss vs step from a Results.scalars table, one color per variant
   (all its rungs), with an optional horizontal reference line (label, value)."""
-  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
   fig, ax = plt.subplots(figsize=(6, 3.8))
   for i, (name, rungs) in enumerate(groups.items()):
     for j, r in enumerate(rungs):
@@ -88,12 +73,6 @@ def init_grad_norms(cfg, seeds: list[int] | None = None) -> np.ndarray:
   """Per-block gradient norms at init on the first training batch, one row per seed
   (default cfg.train.seed), block 1 first: the `grad_norm` of a run's step-0 record, for
   one compile instead of a training run per seed."""
-  import jax  # pylint: disable=import-outside-toplevel
-  import optax  # pylint: disable=import-outside-toplevel
-  from depthscale import data  # pylint: disable=import-outside-toplevel
-  from depthscale.model import make_model  # pylint: disable=import-outside-toplevel
-  from depthscale.stats import per_layer_norm  # pylint: disable=import-outside-toplevel
-  from depthscale.steps import init_state, weighted_loss  # pylint: disable=import-outside-toplevel
   model = make_model(cfg)
 
   @jax.jit
@@ -111,7 +90,6 @@ def init_grad_norms(cfg, seeds: list[int] | None = None) -> np.ndarray:
 
 def profiles_figure(layers: pd.DataFrame, rungs: dict[str, str], metric: str, step, title: str):
   """Figure of one metric per block (log scale) at a logged step, one line per labelled rung."""
-  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
   fig, ax = plt.subplots(figsize=(5.5, 3.8))
   for label, rung in rungs.items():
     prof = profile(layers, rung, metric, step)

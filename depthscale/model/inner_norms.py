@@ -10,9 +10,9 @@ import math
 import flax.linen as nn
 import jax.numpy as jnp
 
-from depthscale import ngpt
-from depthscale.blocks import PLACEMENTS
-from depthscale.norms import l2_normalize, make_norm, rms_norm
+from depthscale.model import ngpt
+from depthscale.model.norms import l2_normalize, make_norm, rms_norm
+from depthscale.model.placements import PLACEMENTS
 
 QK_NORMS = ('none', 'full', 'per_head', 'l2_learned_scale')
 

@@ -14,7 +14,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from depthscale.norms import l2_normalize
+from depthscale.model.norms import l2_normalize
+from depthscale.model.param_tree import EMBED_AXIS, in_blocks, path_keys
 
 ALPHA_INIT = 0.05  # s_init of the eigen learning rates alpha_A, alpha_M
 
@@ -60,20 +61,13 @@ def unit_init(init, embed_axis: int):
   return wrapped
 
 
-# Axis of D in each matrix, without the leading layer axis of the block parameters:
-# rows of E_in, W_q, W_k, W_v, W_fc are unit over their D inputs (first axis), columns
-# of W_O, W_proj and rows of E_out over their D outputs (last axis).
-EMBED_AXIS = {'embedding': -1, 'head': 0, 'q': 0, 'kv': 0, 'wi': 0, 'o': -1, 'wo': -1}
-
-
 def normalize_matrices(params):
   """Projects every matrix of the model onto unit norm along its D axis."""
   def project(path, p):
-    keys = [str(getattr(k, 'key', k)) for k in path]
-    axis = EMBED_AXIS.get(keys[-1])
+    axis = EMBED_AXIS.get(path_keys(path)[-1])
     if axis is None:
       return p
-    if keys[0] == 'blocks' and axis == 0:
+    if in_blocks(path) and axis == 0:
       axis = 1
     return l2_normalize(p, axis=axis)
   return jax.tree_util.tree_map_with_path(project, params)

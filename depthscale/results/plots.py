@@ -1,14 +1,13 @@
-"""PNG figures of per-layer metrics (matplotlib, Agg backend): heatmaps, profiles, ladders."""
+"""PNG figures of per-layer metrics: heatmaps, profiles, ladders (matplotlib Figure objects,
+no pyplot state, so any backend a notebook uses is left alone)."""
 
 from __future__ import annotations
 
 import io
 
 import matplotlib
-
-matplotlib.use('Agg')
-import matplotlib.pyplot as plt  # pylint: disable=wrong-import-position
-import numpy as np  # pylint: disable=wrong-import-position
+from matplotlib.figure import Figure
+import numpy as np
 
 PROFILE_METRICS = ('update_ratio', 'attn_contrib', 'mlp_contrib', 'cos_in_out',
                    'angular_distance', 'logit_lens_kl', 'skip_delta_loss',
@@ -19,7 +18,6 @@ def _png(fig) -> tuple[bytes, int, int]:
   """(PNG bytes, height, width) of a figure, which is closed."""
   buf = io.BytesIO()
   fig.savefig(buf, format='png', dpi=80)
-  plt.close(fig)
   w, h = (int(v) for v in fig.get_size_inches() * 80)
   return buf.getvalue(), h, w
 
@@ -31,7 +29,8 @@ def relative_depth(num_layers: int) -> np.ndarray:
 
 def heatmap(metric: str, steps: list[int], values_SxL: np.ndarray) -> tuple[bytes, int, int]:
   """Layer (y, block 1 at the bottom) x logged step (x) heatmap of one metric."""
-  fig, ax = plt.subplots(figsize=(5, 3.5))
+  fig = Figure(figsize=(5, 3.5))
+  ax = fig.subplots()
   im = ax.imshow(np.asarray(values_SxL, float).T, aspect='auto', origin='lower', cmap='viridis',
                  extent=(-0.5, len(steps) - 0.5, 0.5, values_SxL.shape[1] + 0.5))
   ticks = np.unique(np.linspace(0, len(steps) - 1, min(len(steps), 6)).astype(int))
@@ -44,8 +43,9 @@ def heatmap(metric: str, steps: list[int], values_SxL: np.ndarray) -> tuple[byte
 
 def profile(metric: str, steps: list[int], values_SxL: np.ndarray) -> tuple[bytes, int, int]:
   """Metric vs relative depth l/L, one line per logged step (darker = later)."""
-  fig, ax = plt.subplots(figsize=(5, 3.5))
-  colors = plt.cm.viridis(np.linspace(0, 1, len(steps)))
+  fig = Figure(figsize=(5, 3.5))
+  ax = fig.subplots()
+  colors = matplotlib.colormaps['viridis'](np.linspace(0, 1, len(steps)))
   x = relative_depth(values_SxL.shape[1])
   for step, row, c in zip(steps, values_SxL, colors):
     ax.plot(x, row, color=c, marker='.', label=f'step {step}')
@@ -58,7 +58,8 @@ def profile(metric: str, steps: list[int], values_SxL: np.ndarray) -> tuple[byte
 
 def loss_vs_depth(curves: dict[str, tuple[list[int], list[float]]], path: str) -> None:
   """Final eval loss vs num_layers, one line per variant; written to path."""
-  fig, ax = plt.subplots(figsize=(5, 3.5))
+  fig = Figure(figsize=(5, 3.5))
+  ax = fig.subplots()
   for name, (depths, losses) in sorted(curves.items()):
     order = np.argsort(depths)
     ax.plot(np.asarray(depths)[order], np.asarray(losses)[order], marker='o', label=name)
@@ -67,7 +68,6 @@ def loss_vs_depth(curves: dict[str, tuple[list[int], list[float]]], path: str) -
   ax.legend(fontsize=7)
   fig.tight_layout()
   fig.savefig(path, dpi=80)
-  plt.close(fig)
 
 
 def final_profiles(profiles: dict[str, dict[str, list[float]]], path: str,
@@ -76,7 +76,8 @@ def final_profiles(profiles: dict[str, dict[str, list[float]]], path: str,
   shown = [m for m in metrics if any(m in p for p in profiles.values())]
   cols = min(4, max(len(shown), 1))
   rows = max(1, -(-len(shown) // cols))
-  fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.6 * rows), squeeze=False)
+  fig = Figure(figsize=(3.2 * cols, 2.6 * rows))
+  axes = fig.subplots(rows, cols, squeeze=False)
   for ax, metric in zip(axes.flat, shown):
     for rung, p in sorted(profiles.items()):
       if metric in p:
@@ -87,4 +88,3 @@ def final_profiles(profiles: dict[str, dict[str, list[float]]], path: str,
   axes.flat[0].legend(fontsize=6)
   fig.tight_layout()
   fig.savefig(path, dpi=80)
-  plt.close(fig)

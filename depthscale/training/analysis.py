@@ -36,10 +36,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from depthscale import ops, residual
-from depthscale.blocks import layer_schedule
-from depthscale.model import Block, Transformer
-from depthscale.steps import weighted_loss
+from depthscale.model import ops, residual
+from depthscale.model.placements import layer_schedule
+from depthscale.model.transformer import Block, Transformer
+from depthscale.training.steps import weighted_loss
 
 KL_THRESHOLD = 0.5  # tau of ED_KL (the "What affects" table uses 0.5)
 OVERLAP_THRESHOLD = 0.3  # ED_overlap threshold (same source)

@@ -11,13 +11,16 @@ import time
 import jax
 import numpy as np
 
-from depthscale import data, host_memory, ops, sharding
-from depthscale.analysis import Analyzer
-from depthscale.checkpoint import Checkpointer, abstract
-from depthscale.model import make_model, param_counts
-from depthscale.optim import make_optimizer, schedule
-from depthscale.steps import init_state, make_eval_step, make_train_step
-from depthscale.writers import Jsonl, TensorBoard, read_jsonl
+from depthscale import data
+from depthscale.model import ops
+from depthscale.model.transformer import make_model, param_counts
+from depthscale.results import plots
+from depthscale.training import host_memory, sharding
+from depthscale.training.analysis import Analyzer
+from depthscale.training.checkpoint import Checkpointer, abstract
+from depthscale.training.optim import make_optimizer, schedule
+from depthscale.training.steps import init_state, make_eval_step, make_train_step
+from depthscale.training.writers import Jsonl, TensorBoard, read_jsonl
 
 
 class NonFiniteError(RuntimeError):
@@ -104,7 +107,6 @@ class _Logs:
   def images(self, step: int) -> None:
     """Per metric of plots.PROFILE_METRICS: a layer x step heatmap and an l/L profile
     (one line per logged step); a figure costs ~0.1-0.3 s, so not every metric gets one."""
-    from depthscale import plots  # pylint: disable=import-outside-toplevel
     by_metric: dict[str, list] = {}
     for r in read_jsonl(self.layers.path):
       for k, v in r.items():

@@ -9,11 +9,11 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from depthscale import sharding
 from depthscale.experiment import resolve
-from depthscale.model import make_model, param_counts
-from depthscale.optim import make_optimizer, schedule
-from depthscale.steps import init_state, make_train_step
+from depthscale.model.transformer import make_model, param_counts
+from depthscale.training import sharding
+from depthscale.training.optim import make_optimizer, schedule
+from depthscale.training.steps import init_state, make_train_step
 
 GIB = float(1 << 30)
 

@@ -10,8 +10,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from depthscale import dynamics
-from depthscale.stats import per_layer_norm, saturation_per_layer
+from depthscale.model.stats import per_layer_norm, saturation_per_layer
+from depthscale.training import dynamics
 
 State = dict  # {'step': int32, 'params', 'opt_state', 'rng'}
 

@@ -9,9 +9,10 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from depthscale import dynamics, llr, ngpt
-from depthscale import parametrization as pz
-from depthscale.model import EMBEDDING_PARAMS
+from depthscale.model import ngpt
+from depthscale.model import param_tree
+from depthscale.model import parametrization as pz
+from depthscale.training import dynamics, llr
 
 
 def schedule(cfg) -> optax.Schedule:
@@ -34,36 +35,13 @@ def schedule(cfg) -> optax.Schedule:
   return optax.join_schedules([warm, after], [o.warmup_steps])
 
 
-def _keys(path) -> list[str]:
-  return [str(getattr(k, 'key', k)) for k in path]
-
-
-def per_layer_rank(path, leaf) -> int:
-  """The rank of one layer's slice: under 'blocks' the leading axis is the scanned layer axis."""
-  return len(leaf.shape) - (1 if _keys(path)[0] == 'blocks' else 0)
-
-
-def param_kind(path, leaf) -> str:
-  """'embedding', 'residual' (residual-design weights, modules named res_*), 'matrix' (per-layer
-  rank >= 2) or 'norm' (norm parameters, learned scales such as nGPT's s_qk (H, E) and
-  s_u, s_v (2, F), and every other scalar or vector: gates, gains, alphas)."""
-  keys = _keys(path)
-  if keys[0] in EMBEDDING_PARAMS:
-    return 'embedding'
-  if any(k.startswith('res_') for k in keys):
-    return 'residual'
-  if any('norm' in k for k in keys) or keys[-1] in ('scale', 'bias') or keys[-1].endswith('_scale'):
-    return 'norm'
-  return 'matrix' if per_layer_rank(path, leaf) >= 2 else 'norm'
-
-
 def decay_mask(cfg, params):
   """True where AdamW applies weight decay."""
   return jax.tree_util.tree_map_with_path(lambda path, p: _decays(cfg, path, p), params)
 
 
 def _decays(cfg, path, leaf) -> bool:
-  kind = param_kind(path, leaf)
+  kind = param_tree.param_kind(path, leaf)
   return (kind == 'matrix' or (kind == 'norm' and cfg.optim.decay_norms)
           or (kind == 'embedding' and cfg.optim.decay_embeddings)
           or (kind == 'residual' and cfg.optim.decay_residual))
@@ -71,14 +49,14 @@ def _decays(cfg, path, leaf) -> bool:
 
 def _label(cfg, path, leaf) -> str:
   """Adam group of a parameter: its parametrization group and whether it decays."""
-  return pz.param_group(path, leaf) + ('/decay' if _decays(cfg, path, leaf) else '')
+  return param_tree.param_group(path, leaf) + ('/decay' if _decays(cfg, path, leaf) else '')
 
 
 def _adam_groups(cfg) -> dict[str, optax.GradientTransformation]:
   """Per group: Adam with the group's epsilon, then decoupled decay with its lambda."""
   o, m = cfg.optim, cfg.model
   out = {}
-  for group in pz.GROUPS:
+  for group in param_tree.GROUPS:
     adam = optax.scale_by_adam(b1=o.b1, b2=o.b2, eps=o.eps * pz.eps_mult(m, group))
     out[group] = adam
     out[group + '/decay'] = optax.chain(
@@ -92,8 +70,8 @@ def lr_multipliers(cfg, step, params):
   qk = dynamics.qk_slow_factor(cfg, step) if cfg.optim.qk_slow_factor != 1 else None
 
   def mult(path, p):
-    m = pz.lr_mult(cfg.model, pz.param_group(path, p))
-    keys = _keys(path)
+    m = pz.lr_mult(cfg.model, param_tree.param_group(path, p))
+    keys = param_tree.path_keys(path)
     if qk is None or keys[0] != 'blocks' or keys[-1] not in ('q', 'kv'):
       return jnp.asarray(m, jnp.float32)
     per_layer = qk.reshape((-1,) + (1,) * (p.ndim - 1))

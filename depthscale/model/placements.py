@@ -17,8 +17,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from depthscale import layer_rope, ngpt
-from depthscale.norms import make_norm
+from depthscale.model import layer_rope, ngpt
+from depthscale.model.norms import make_norm
 
 
 @dataclasses.dataclass(frozen=True)

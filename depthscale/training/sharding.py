@@ -21,8 +21,9 @@ import optax
 from jax.experimental import mesh_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from depthscale import ops
-from depthscale.config import ConfigError
+from depthscale.errors import ConfigError
+from depthscale.model import ops
+from depthscale.model.param_tree import path_keys, path_str
 
 MESH_AXES = ('data', 'fsdp', 'tensor')
 LOGICAL_AXES = ('batch', 'embed', 'mlp', 'heads', 'kv', 'vocab', 'layers')
@@ -117,10 +118,6 @@ def param_specs(boxed_params, mesh: Mesh, rules: Rules):
       else PartitionSpec(), boxed_params, is_leaf=_is_box)
 
 
-def _path(path) -> str:
-  return '/'.join(str(getattr(k, 'key', k)) for k in path)
-
-
 def _shards(spec: PartitionSpec, mesh: Mesh) -> int:
   """How many pieces a spec cuts an array into."""
   return math.prod(mesh.shape[a] for axes in spec if axes
@@ -136,7 +133,7 @@ def check_replication(params, specs, mesh: Mesh, max_replicated: int) -> None:
                              jax.tree.leaves(specs, is_leaf=lambda s: isinstance(s, PartitionSpec))):
     if p.size > max_replicated and _shards(spec, mesh) == 1:
       raise ConfigError(
-          f'mesh.rules leave parameter {_path(path)} {tuple(p.shape)} ({p.size:,} elements) '
+          f'mesh.rules leave parameter {path_str(path)} {tuple(p.shape)} ({p.size:,} elements) '
           f'replicated on mesh {dict(mesh.shape)}: map one of its logical axes to fsdp or '
           f'tensor in mesh.rules, or raise mesh.max_replicated_size')
 
@@ -181,13 +178,12 @@ def follow_params(opt_state, params, param_sh, default):
   """Sharding of each optimizer-state leaf: that of the parameter whose path ends its own
   path with the same shape (Adam moments, also inside optax.multi_transform's groups),
   else `default` (counts, scalars)."""
-  keys = lambda path: tuple(str(getattr(k, 'key', getattr(k, 'idx', k))) for k in path)
-  by_path = {keys(path): (p.shape, sh) for (path, p), sh in zip(
+  by_path = {path_keys(path): (p.shape, sh) for (path, p), sh in zip(
       jax.tree_util.tree_flatten_with_path(params)[0], jax.tree.leaves(param_sh))}
   depth = max(map(len, by_path), default=0)
 
   def leaf(path, x):
-    k = keys(path)
+    k = path_keys(path)
     for n in range(min(depth, len(k)), 0, -1):
       shape, sh = by_path.get(k[-n:], (None, None))
       if shape == x.shape:
@@ -230,6 +226,6 @@ def describe(plan: Plan) -> list[str]:
   for (path, p), sh in zip(flat, jax.tree.leaves(plan.state['params'],
                                                  is_leaf=lambda s: isinstance(s, NamedSharding))):
     local = sh.shard_shape(p.shape)
-    lines.append(f'  {_path(path):<28} {str(tuple(p.shape)):<22} {str(tuple(sh.spec)):<36} '
+    lines.append(f'  {path_str(path):<28} {str(tuple(p.shape)):<22} {str(tuple(sh.spec)):<36} '
                  f'{tuple(local)}')
   return lines
