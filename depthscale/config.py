@@ -74,6 +74,7 @@ def default_config() -> ConfigDict:
   m.laurel_window = 2  # laurel pa: number k of previous sublayer inputs mixed in
   m.value_residual = 'none'  # 'none', 'resformer', 'svformer' or 'satformer'
   m.parallel_block = 'none'  # 'none', 'gptj' (one shared norm) or 'neox' (two norms)
+  m.moda = False  # MoDA: each head also attends to the same token's K/V of every earlier layer
 
   d = c.data = ConfigDict()
   d.source = 'mix'  # 'grammar', 'khop', 'mix', 'text:GLOB', 'array_record:GLOB'
@@ -182,26 +183,17 @@ def check_norm_methods(m: ConfigDict) -> None:
     _fail('model.qk_norm_seq_len', m.qk_norm_seq_len, '0 (= data.seq_len) or an integer >= 2')
   if m.bhyt_kappa <= 0:
     _fail('model.bhyt_kappa', m.bhyt_kappa, 'a positive number')
-  if m.ln_scaling and m.block not in placements.LN_SCALING_PLACEMENTS:
-    _fail('model.ln_scaling', m.ln_scaling, 'True only with model.block in '
-          + ', '.join(placements.LN_SCALING_PLACEMENTS))
-  if m.gpas and m.block not in placements.GPAS_PLACEMENTS:
-    _fail('model.gpas', m.gpas, 'True only with model.block in ' + ', '.join(placements.GPAS_PLACEMENTS))
-  if m.qk_norm != 'none' and m.block in ('ngpt', 'simple_norm', 'hybridnorm', 'hybridnorm_star'):
+  row = placements.PLACEMENTS[m.block]
+  switched_on = {'gpas': m.gpas, 'ln_scaling': m.ln_scaling, 'layer_rope': m.layer_rope,
+                 'parallel_block': m.parallel_block != 'none'}
+  for modifier, on in switched_on.items():
+    if on and modifier not in row.modifiers:
+      _fail(f'model.{modifier}', m[modifier], f'{"none" if modifier == "parallel_block" else False}'
+            f' unless model.block in ' + ', '.join(placements.with_modifier(modifier)))
+  if m.qk_norm != 'none' and row.normalizes_qk:
     _fail('model.qk_norm', m.qk_norm, f"'none' with model.block={m.block} (it normalizes q, k itself)")
-  if m.layer_rope and (m.block != 'pre_ln' or m.norm not in ('layernorm', 'rmsnorm')):
-    _fail('model.layer_rope', m.layer_rope, 'True only with model.block=pre_ln and model.norm '
-          'in layernorm, rmsnorm')
-  if m.block == 'ngpt':
-    if m.mlp != 'swiglu':
-      _fail('model.mlp', m.mlp, "'swiglu' with model.block=ngpt")
-    if m.position != 'rope':
-      _fail('model.position', m.position, "'rope' with model.block=ngpt")
-    if (m.num_kv_heads or m.num_heads) != m.num_heads:
-      _fail('model.num_kv_heads', m.num_kv_heads, '0 (no grouped-query attention) with model.block=ngpt')
-    if m.fix_norm or m.peri_embed_norm:
-      _fail('model.fix_norm' if m.fix_norm else 'model.peri_embed_norm', True,
-            'False with model.block=ngpt (its embedding rows are unit already)')
+  if m.layer_rope and m.norm not in ('layernorm', 'rmsnorm'):
+    _fail('model.layer_rope', m.layer_rope, 'True only with model.norm in layernorm, rmsnorm')
 
 
 def _validate_params_dynamics(cfg: ConfigDict) -> None:
@@ -212,8 +204,14 @@ def _validate_params_dynamics(cfg: ConfigDict) -> None:
   for f in ('base_d_model', 'base_num_layers'):
     if m[f] < 0:
       _fail(f'model.{f}', m[f], '0 (the model itself) or a positive size')
-  if m.init == 'deepscalelm' and m.block not in ('pre_ln', 'post_ln'):
-    _fail('model.block', m.block, "pre_ln or post_ln with model.init='deepscalelm'")
+  row = placements.PLACEMENTS[m.block]
+  if m.init == 'deepscalelm' and 'deepscalelm' not in row.modifiers:
+    _fail('model.block', m.block, ' or '.join(placements.with_modifier('deepscalelm'))
+          + " with model.init='deepscalelm'")
+  if row.init and m.init not in ('normal', row.init):
+    _fail('model.init', m.init, ' or '.join(repr(i) for i in ('normal', row.init) if i in
+                                            parametrization.INITS)
+          + f" with model.block={m.block} (the placement's own init, {row.init}, applies)")
   if m.init == 'deepscalelm' and (m.residual != 'standard' or m.parallel_block != 'none'):
     _fail('model.init', m.init, "not 'deepscalelm' with a non-standard model.residual or a "
           'parallel block')
@@ -224,10 +222,8 @@ def _validate_params_dynamics(cfg: ConfigDict) -> None:
           f'at least model.num_layers={m.num_layers} when train.prores is set')
   if t.prores == 'fix' and t.prores_value == 'zero':
     _fail('train.prores_value', t.prores_value, "inv_L, inv_sqrt_L or inv_sqrt_l with train.prores='fix'")
-  if m.block == 'branchnorm' and t.branchnorm_steps < 1:
-    _fail('train.branchnorm_steps', t.branchnorm_steps, 'an integer >= 1 with model.block=branchnorm')
-  if m.block == 'branchnorm' and m.norm != 'layernorm':
-    _fail('model.norm', m.norm, "'layernorm' with model.block=branchnorm (its t >= T limit is Post-LN)")
+  if row.check:
+    row.check(cfg)
   check_choice('train.layerskip_curriculum', t.layerskip_curriculum, dynamics.LAYERSKIP_CURRICULA)
   for f in ('layerdrop', 'layerskip_p_max'):
     if not 0 <= t[f] < 1:
@@ -252,8 +248,7 @@ def validate_residual(m: ConfigDict) -> None:
   check_choice('model.value_residual', m.value_residual, residual.VALUE_RESIDUALS)
   check_choice('model.parallel_block', m.parallel_block, residual.PARALLEL_BLOCKS)
   check_choice('model.laurel', m.laurel, residual.LAURELS)
-  if m.parallel_block != 'none' and m.block != 'pre_ln':
-    _fail('model.parallel_block', m.parallel_block, "'none' unless model.block='pre_ln'")
+  check_choice('model.moda', m.moda, (False, True))
   for f in ('hc_rate', 'mhc_sinkhorn_iters', 'dwa_dilation', 'laurel_rank', 'laurel_window'):
     if m[f] < 1:
       _fail(f'model.{f}', m[f], 'a positive integer')

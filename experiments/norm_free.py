@@ -19,7 +19,7 @@ matches or exceeds LayerNorm/RMSNorm across vision and language, LLaMA 7B-70B in
 mostly without tuning (Zhu et al. 2025); Derf outperforms LayerNorm, RMSNorm and DyT
 across vision, speech and DNA models, the gain coming from generalization (Chen et al.
 2025); DyT's benefit is regime-dependent: it helps at small token budgets and hurts at
-larger ones (P20 in ../shared/papers.md)."""
+larger ones ("DyT is regime-dependent", 2026)."""
 
 
 from depthscale.experiment import small_config

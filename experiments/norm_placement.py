@@ -3,14 +3,14 @@
 Run:
   python -m depthscale.main --config=experiments/norm_placement.py --workdir=runs/norm_placement
 
-Ladder: the 13 placements of depthscale.blocks.PLACEMENTS (post_ln, pre_ln, peri_ln,
-sandwich_ln, mix_ln, deepnorm, sub_ln, normformer, hybridnorm, hybridnorm_star, keel,
-ngpt, simple_norm) at depths 2 and 8 (26 rungs), d_model 64, 150 steps each, on the
-embedded synthetic data. All use RMSNorm and SwiGLU (nGPT needs SwiGLU) except as the
+Ladder: the 14 placements of depthscale.model.placements.PLACEMENTS (post_ln, pre_ln,
+peri_ln, sandwich_ln, mix_ln, deepnorm, sub_ln, normformer, hybridnorm, hybridnorm_star,
+keel, branchnorm, ngpt, simple_norm) at depths 2 and 8 (28 rungs), d_model 64, 150 steps
+each, on the embedded synthetic data. All use RMSNorm and SwiGLU (nGPT needs SwiGLU) except as the
 method prescribes; nGPT runs without weight decay and warmup, as in its code.
 
 Runtime: ESTIMATED, not measured end to end: the quickstart measures ~30 s per rung at
-this size on an idle 2-core CPU, so 26 rungs take about 13 minutes. Measured here only
+this size on an idle 2-core CPU, so 28 rungs take about 14 minutes. Measured here only
 with --config.train.steps=3 on a machine shared by ~5 jobs (load 15-20): 1.5-2 min per
 rung, mostly compilation.
 That run finished the first 9 rungs (pre_ln, post_ln, peri_ln, sandwich_ln at L2

@@ -36,7 +36,7 @@ PLACEMENTS = {
 }
 FIXES = {  # not in the smoke ladder
     'post_ln_warmup': {'model.block': 'post_ln', 'optim.warmup_steps': 50},
-    'deepnorm': {'model.block': 'deepnorm'},  # brings its own Xavier init, gain (8L)^-1/4
+    'deepnorm': {'model.block': 'deepnorm', 'model.init': 'deepnorm'},  # Xavier, gain (8L)^-1/4
     'keel': {'model.block': 'keel'},
     'mix_ln': {'model.block': 'mix_ln'},
 }

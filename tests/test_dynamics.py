@@ -1,5 +1,5 @@
 """Training dynamics (ProRes, BranchNorm, LayerDrop, LayerSkip, Q/K slow-down, LLR) by their
-defining properties, and every method of this issue trains 20 steps with a finite loss."""
+defining properties, and every training-dynamics method trains 20 steps with a finite loss."""
 
 import math
 
@@ -55,7 +55,7 @@ def test_prores_schedules():
 
 
 def _bn_reference(f, a, eps):
-  """BN_t(F) in float64 (spec 9 reconstruction): (F - mean) / (var + eps)^((1 - a)/2)."""
+  """BN_t(F) in float64 (the reconstruction): (F - mean) / (var + eps)^((1 - a)/2)."""
   f = np.asarray(f, np.float64)
   c = f - f.mean(-1, keepdims=True)
   return c / (np.square(c).mean(-1, keepdims=True) + eps) ** ((1 - a) / 2)
@@ -68,7 +68,7 @@ def test_branchnorm_normalizes_the_branch_at_step0_and_is_post_ln_after_T():
   cfg = tiny_config(**{'model.block': 'branchnorm', 'train.branchnorm_steps': 10})
   x = jax.random.normal(jax.random.PRNGKey(2), (2, 5, 32))
   for t, a in ((0, 0.0), (4, 0.4), (10, 1.0), (25, 1.0)):
-    layer = {'branchnorm_a': dynamics.branchnorm_a(cfg, t)[0]}
+    layer = {'branchnorm_a': placements.branchnorm_a(cfg, t)[0]}
     sub = placements.Sublayer('attn', lambda h: 3.0 * h + 1.0, lambda role: (lambda y: y), layer,
                           cfg.model)
     update = np.asarray(placements.branchnorm(x, sub) - x)

@@ -8,6 +8,7 @@ import numpy as np
 import optax
 import pytest
 
+from depthscale.config import ConfigError, validate
 from depthscale.model import parametrization as pz
 from depthscale.model.transformer import Transformer, make_model
 from depthscale.training.optim import make_optimizer
@@ -171,3 +172,27 @@ def test_deepscalelm_residual_scaling_and_vo_init():
   x = model.apply({'params': params}, tokens, method=Transformer.embed)
   out, _ = model.apply({'params': params}, x, method=Transformer.stack)
   np.testing.assert_allclose(out, lam ** (2 * l) * x, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize('block', ['deepnorm', 'sub_ln', 'hybridnorm', 'hybridnorm_star',
+                                   'simple_norm'])
+def test_placement_init_composes_with_the_width_factor(block):
+  """A placement's own init scheme times muP's m_N^-1/2 on hidden matrices: at twice the base
+  width every hidden std is 1/sqrt(2) of the standard parametrization's, the rest unchanged."""
+  over = {'model.block': block, 'model.d_model': 64, 'model.num_heads': 2, 'model.mlp': 'swiglu'}
+  sp = _params(tiny_config(**over))
+  mup = _params(tiny_config(**over, **{'model.parametrization': 'mup', 'model.base_d_model': 32}))
+  for path in (('attn', 'q'), ('attn', 'kv'), ('attn', 'o'), ('mlp', 'wi'), ('mlp', 'wo')):
+    w_sp, w_mup = (p['blocks'][path[0]][path[1]] for p in (sp, mup))
+    np.testing.assert_allclose(np.std(w_mup) / np.std(w_sp), 2 ** -0.5, rtol=0.03, err_msg=str(path))
+  np.testing.assert_allclose(np.std(mup['embedding']), np.std(sp['embedding']), rtol=0.03)
+
+
+def test_a_second_init_scheme_with_a_placement_that_has_one_is_refused():
+  with pytest.raises(ConfigError, match=r"model.init='xavier' is invalid: allowed 'normal' or "
+                                        r"'deepnorm' with model.block=deepnorm"):
+    validate(tiny_config(**{'model.block': 'deepnorm', 'model.init': 'xavier'}))
+  validate(tiny_config(**{'model.block': 'deepnorm', 'model.init': 'deepnorm'}))
+  with pytest.raises(ConfigError, match=r"model.init='small_init' is invalid: allowed 'normal' "
+                                        r'with model.block=sub_ln'):
+    validate(tiny_config(**{'model.block': 'sub_ln', 'model.init': 'small_init'}))

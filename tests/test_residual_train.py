@@ -1,4 +1,4 @@
-"""Every residual design (and value residual / parallel block, combined with them): the
+"""Every residual design (and value residual / parallel block / MoDA, combined with them): the
 scanned stack equals the unrolled loop, and 20 training steps give a finite loss
 (L = 2; the recording site on multi-stream designs is checked in test_residual.py)."""
 
@@ -23,6 +23,8 @@ CASES = {
     'block_attn_res_N3': {'model.residual': 'block_attn_res', 'model.attn_res_blocks': 3},
     'laurel_rw_lr': {'model.residual': 'laurel', 'model.laurel': 'rw_lr'},
     'laurel_pa': {'model.residual': 'laurel', 'model.laurel': 'pa'},
+    'moda': {'model.moda': True},
+    'moda+post_ln+gqa': {'model.moda': True, 'model.block': 'post_ln', 'model.num_kv_heads': 1},
 }
 
 

@@ -1,4 +1,4 @@
-"""LayerRoPE (2026; spec 15) -- a WORKING INTERPRETATION of the paper's abstract (no code
+"""LayerRoPE (2026) -- a WORKING INTERPRETATION of the paper's abstract (no code
 or full text found): every block norm's gain is gamma_l = s_l * R(l * theta) gamma_shared,
 one learnable gamma_shared in R^D for the whole stack, R(phi) rotating coordinate pairs
 (2k, 2k+1) by phi * base^(-2k/D), and one learnable scalar s_l per norm (init 1). The

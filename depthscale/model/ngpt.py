@@ -1,4 +1,4 @@
-"""nGPT (Loshchilov et al. 2024; spec 11): every hidden state and weight vector on the
+"""nGPT (Loshchilov et al. 2024): every hidden state and weight vector on the
 unit sphere, hypersphere updates with eigen learning rates, scaled QK and logits.
 
 A stored scale parameter theta starts at s_scale; its effective value is

@@ -17,9 +17,11 @@ import jax.numpy as jnp
 import numpy as np
 
 PARAMETRIZATIONS = ('standard', 'mup', 'depth_mup', 'completep')
-INITS = ('normal', 'xavier', 'small_init', 'depth_scaled', 'deepnorm', 'deepscalelm')
+INITS = ('normal', 'xavier', 'small_init', 'depth_scaled', 'deepnorm', 'deepscalelm')  # model.init
+PLACEMENT_INITS = ('sub_ln', 'simple_norm')  # schemes only a placement's row selects
 DEPTH_ALPHA = {'standard': 0.0, 'mup': 0.0, 'depth_mup': 0.5, 'completep': 1.0}
-OUTPUT_PROJECTIONS = ('o', 'wo')  # matrices writing into the residual stream
+HIDDEN = ('q', 'k', 'v', 'o', 'gate', 'up', 'down')  # block matrices (gate, up: MLP input)
+OUTPUT_PROJECTIONS = ('o', 'down')  # matrices writing into the residual stream
 DSLM_R0 = 0.221  # DeepScaleLM's data estimate of the input token correlation
 
 
@@ -111,34 +113,42 @@ def _xavier(fan_in: int, fan_out: int, gain: float) -> float:
   return gain * math.sqrt(2.0 / (fan_in + fan_out))
 
 
-def init_std(cfg, name: str, fan_in: int, fan_out: int, index=None):
-  """Init std of matrix `name` (q, k, v, o, wi, wo, embedding, pos_embedding, head) under
-  model.init and the parametrization; `index` is the traced 1-based block index."""
-  d, sigma, scheme = cfg.d_model, cfg.init_std, cfg.init
-  hidden = name in ('q', 'k', 'v', 'o', 'wi', 'wo')
+def _scheme_std(cfg, scheme: str, role: str, fan_in: int, fan_out: int, index):
+  """Std of matrix `role` under one init scheme, before the width factor."""
+  d, sigma, num_layers = cfg.d_model, cfg.init_std, cfg.num_layers
+  hidden = role in HIDDEN
   if scheme == 'xavier' and hidden:  # Glorot & Bengio 2010, as in Xiong et al.'s Post-LN
-    std = _xavier(fan_in, fan_out, 1.0)
-  elif scheme == 'small_init':  # Nguyen & Salazar 2019: sqrt(2 / (5 d)) on every matrix
-    std = math.sqrt(2.0 / (5.0 * d))
-  elif scheme == 'depth_scaled' and name in OUTPUT_PROJECTIONS:
-    std = sigma / math.sqrt(2 * cfg.num_layers)
-  elif scheme == 'deepnorm' and hidden:  # xavier, gain (8L)^-1/4 except on Q and K
-    gain = 1.0 if name in ('q', 'k') else (8.0 * cfg.num_layers) ** -0.25
-    std = _xavier(fan_in, fan_out, gain)
-  elif scheme == 'deepscalelm':
-    if name in ('embedding', 'pos_embedding'):  # unit variance of the summed embeddings
-      std = math.sqrt(0.5) if cfg.position == 'learned' else 1.0
-    elif name == 'head':
-      std = sigma
-    elif name in ('q', 'k'):
-      std = math.sqrt(1.0 / d)
-    elif name in ('v', 'o'):
-      std = jnp.asarray(_dslm_vo_std(cfg))[index - 1]
-    else:  # FFN: var_1 var_2 d d_ff / 2 = 1 with equal variances
-      std = (2.0 / (d * (fan_out if name == 'wi' else fan_in))) ** 0.25
-  else:
-    std = sigma
-  if hidden and _is_mup(cfg):
+    return _xavier(fan_in, fan_out, 1.0)
+  if scheme == 'small_init':  # Nguyen & Salazar 2019: sqrt(2 / (5 d)) on every matrix
+    return math.sqrt(2.0 / (5.0 * d))
+  if scheme in ('depth_scaled', 'simple_norm') and role in OUTPUT_PROJECTIONS + (
+      ('up',) if scheme == 'simple_norm' else ()):
+    return sigma / math.sqrt(2 * num_layers)  # GPT-2; SimpleGPT also on W_up
+  if scheme == 'simple_norm' and role in ('embedding', 'head'):  # SimpleGPT: N(0, 1), D^-1/2
+    return 1.0 if role == 'embedding' else fan_in ** -0.5
+  if scheme == 'deepnorm' and hidden:  # xavier, gain (8L)^-1/4 except on Q and K
+    return _xavier(fan_in, fan_out, 1.0 if role in ('q', 'k') else (8.0 * num_layers) ** -0.25)
+  if scheme == 'sub_ln' and hidden and role not in ('q', 'k'):  # Magneto: gain sqrt(ln 2L)
+    return sigma * math.sqrt(math.log(2 * num_layers))
+  if scheme == 'deepscalelm':
+    if role in ('embedding', 'pos_embedding'):  # unit variance of the summed embeddings
+      return math.sqrt(0.5) if cfg.position == 'learned' else 1.0
+    if role in ('q', 'k'):
+      return math.sqrt(1.0 / d)
+    if role in ('v', 'o'):
+      return jnp.asarray(_dslm_vo_std(cfg))[index - 1]
+    if hidden:  # FFN: var_1 var_2 d d_ff / 2 = 1 with equal variances
+      return (2.0 / (d * (fan_in if role == 'down' else fan_out))) ** 0.25
+  return sigma
+
+
+def init_std(cfg, role: str, fan_in: int, fan_out: int, index=None, scheme: str | None = None):
+  """Init std of matrix `role` (q, k, v, o, gate, up, down, embedding, pos_embedding, head)
+  under `scheme` (default model.init; a placement passes its own) times the
+  parametrization's width factor m_N^-1/2 on hidden matrices; `index` is the traced
+  1-based block index."""
+  std = _scheme_std(cfg, scheme or cfg.init, role, fan_in, fan_out, index)
+  if role in HIDDEN and _is_mup(cfg):
     std = std / math.sqrt(width_mult(cfg))
   return std
 

@@ -1,9 +1,11 @@
-"""Block-assembly table: how a block wires its sublayers, norms and residual.
+"""The norm-placement table: how a block wires its sublayers, norms and residual, and every
+fact the rest of the code needs to know of a placement.
 
-A placement maps (x, sublayer) -> x for one sublayer (attention or MLP). New methods
-add an entry to PLACEMENTS; the block itself (depthscale.model.Block) never changes.
-Depth-dependent constants and flags reach the scan through layer_schedule. Method
-references are in ../shared/specs/normalization.md (section numbers below).
+A placement maps (x, sublayer) -> x for one sublayer (attention or MLP). A new placement is
+one row of PLACEMENTS (plus its property test and its docs line); the block
+(depthscale.model.transformer.Block), config validation, the optimizer and the training
+dynamics read the row's facts, never its name. Depth-dependent constants and flags reach
+the scan through layer_schedule; the methods and their equations are in docs/methods.md.
 """
 
 from __future__ import annotations
@@ -17,9 +19,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from depthscale.errors import invalid
 from depthscale.model import layer_rope, ngpt
 from depthscale.model.norms import make_norm
-
 
 @dataclasses.dataclass(frozen=True)
 class Sublayer:
@@ -33,21 +35,33 @@ class Sublayer:
   gate: Callable[[jax.Array], jax.Array] = lambda x: x  # GPAS (model.gpas) or the identity
 
 
-def base_init(cfg, role: str, fan_in: int, fan_out: int) -> float:
-  """Std of the normal init of a matrix ('q', 'k', 'v', 'o', 'gate', 'up', 'down',
-  'embedding', 'head'): model.init_std for every one."""
-  del role, fan_in, fan_out
-  return cfg.init_std
+# Norms inside the sublayers a placement can switch on (depthscale.model.inner_norms).
+INNER = frozenset({'attn_out', 'mlp_mid', 'head_scale', 'qkv', 'linear', 'ngpt'})
+# Switches that compose with some placements only: model.gpas, model.ln_scaling,
+# model.layer_rope, model.parallel_block and model.init='deepscalelm'.
+MODIFIERS = frozenset({'gpas', 'ln_scaling', 'layer_rope', 'parallel_block', 'deepscalelm'})
 
 
 @dataclasses.dataclass(frozen=True)
 class Placement:
-  """One entry of the table: the per-sublayer rule, whether a final norm follows, the
-  init rule, and the norms inside the sublayers (see depthscale.inner_norms)."""
-  sublayer: Callable[[jax.Array, Sublayer], jax.Array]
-  final_norm: bool
-  init: Callable[[Any, str, int, int], float] = base_init
-  inner: frozenset = frozenset()  # 'attn_out', 'mlp_mid', 'head_scale', 'qkv', 'linear', 'ngpt'
+  """One row of the table: the per-sublayer rule and the placement's facts."""
+  sublayer: Callable[[jax.Array, 'Sublayer'], jax.Array]
+  final_norm: bool  # a norm after the last block
+  init: str | None = None  # its own init scheme (depthscale.model.parametrization); None: model.init
+  inner: frozenset = frozenset()  # norms inside the sublayers, from INNER
+  modifiers: frozenset = frozenset()  # the MODIFIERS it composes with
+  normalizes_qk: bool = False  # q and k are normalized by the placement (model.qk_norm must be 'none')
+  skip_alpha: Callable[[Any], float] | None = None  # skip multiplier alpha(model cfg); None: 1
+  post_blocks: Callable[[Any], int] | None = None  # how many leading blocks use first_blocks
+  first_blocks: Callable | None = None  # their rule: a per-layer choice of wiring (Mix-LN)
+  step_inputs: Callable[[Any, Any], dict] | None = None  # (full cfg, step t) -> per-layer scan inputs
+  unit_sphere: bool = False  # weights unit along D at init and after every update (nGPT)
+  check: Callable[[Any], None] | None = None  # (full cfg) -> raises ConfigError for what it needs
+
+  def __post_init__(self):
+    unknown = (self.inner - INNER) | (self.modifiers - MODIFIERS)
+    if unknown:
+      raise ValueError(f'unknown placement features {sorted(unknown)}: allowed {sorted(INNER | MODIFIERS)}')
 
 
 def _read(x, s: Sublayer):
@@ -56,43 +70,35 @@ def _read(x, s: Sublayer):
 
 
 def pre_ln(x, s: Sublayer):
-  """Pre-LN (Xiong et al. 2020; spec 1): x + F(Norm(x)); with LNS (spec 2) Norm(x)/sqrt(l);
-  GPAS (spec 10) after the add."""
+  """Pre-LN (Xiong et al. 2020): x + F(Norm(x)); with LNS Norm(x)/sqrt(l);
+  GPAS after the add."""
   return s.gate(x + s.branch(_read(x, s)))
 
 
 def post_ln(x, s: Sublayer):
-  """Post-LN (Vaswani et al. 2017; spec 1): Norm(x + F(x)); GPAS on the skip input."""
+  """Post-LN (Vaswani et al. 2017): Norm(x + F(x)); GPAS on the skip input."""
   return s.norm('in')(s.gate(x) + s.branch(x))
 
 
 def peri_ln(x, s: Sublayer):
-  """Peri-LN / Sandwich-LN (spec 4): x + Norm_out(F(Norm_in(x)))."""
+  """Peri-LN / Sandwich-LN: x + Norm_out(F(Norm_in(x)))."""
   return s.gate(x + s.norm('out')(s.branch(_read(x, s))))
 
 
-def mix_ln(x, s: Sublayer):
-  """Mix-LN (Li et al. 2025; spec 3): blocks with 0-based i < floor(alpha*L) are Post-LN,
-  the rest Pre-LN; one branch call, the layer flag 'post' selects the wiring."""
-  post = s.layer['post']
-  y = jnp.where(post, s.gate(x), x) + s.branch(jnp.where(post, x, _read(x, s)))
-  return jnp.where(post, s.norm('in')(y), s.gate(y))
-
-
 def deepnorm(x, s: Sublayer):
-  """DeepNorm (Wang et al. 2022; spec 5): LN(alpha*x + F(x)), alpha = (2L)^(1/4)."""
+  """DeepNorm (Wang et al. 2022): LN(alpha*x + F(x)), alpha = (2L)^(1/4)."""
   return s.norm('in')(s.layer['skip_alpha'].astype(x.dtype) * s.gate(x) + s.branch(x))
 
 
 def keel(x, s: Sublayer):
-  """Keel (Chen & Wei 2026; spec 9, UNVERIFIED): Norm_out(alpha*x + F(Norm_in(x))), alpha
+  """Keel (Chen & Wei 2026, UNVERIFIED): Norm_out(alpha*x + F(Norm_in(x))), alpha
   from model.keel_alpha: 'sublayers' = 2L (default) or 'blocks' = L (AMBIGUOUS in the
   sources). No final norm: the stream is already normalized."""
   return s.norm('out')(s.layer['skip_alpha'].astype(x.dtype) * x + s.branch(s.norm('in')(x)))
 
 
 def normformer(x, s: Sublayer):
-  """NormFormer (Shleifer et al. 2021; spec 7): attention x + LN(HeadScaleMHA(LN(x)));
+  """NormFormer (Shleifer et al. 2021): attention x + LN(HeadScaleMHA(LN(x)));
   MLP lambda * x + W2 LN(phi(W1 LN(x))) with lambda in R^D (init 1) when
   model.normformer_resid_scale, else 1."""
   if s.name == 'attn':
@@ -103,10 +109,9 @@ def normformer(x, s: Sublayer):
   return x + s.branch(_read(x, s))
 
 
-def hybridnorm(x, s: Sublayer):
-  """HybridNorm (Zhuo et al. 2025; spec 8): y = x + Attn_QKVnorm(x); x' = z + FFN(z),
-  z = Norm(y). HybridNorm* (block 1 only): plain Pre-Norm with QKV-norm."""
-  star = s.cfg.block == 'hybridnorm_star'
+def _hybridnorm(x, s: Sublayer, star: bool):
+  """HybridNorm (Zhuo et al. 2025): y = x + Attn_QKVnorm(x); x' = z + FFN(z), z = Norm(y).
+  HybridNorm* (block 1 only): plain Pre-Norm with QKV-norm."""
   first = s.layer['index'] == 1
   if s.name == 'attn':
     return x + s.branch(jnp.where(first, s.norm('in')(x), x) if star else x)
@@ -114,9 +119,13 @@ def hybridnorm(x, s: Sublayer):
   return (jnp.where(first, x, z) if star else z) + s.branch(z)
 
 
+hybridnorm = functools.partial(_hybridnorm, star=False)
+hybridnorm_star = functools.partial(_hybridnorm, star=True)
+
+
 def branch_norm(f_BxTxD: jax.Array, a, eps: float) -> jax.Array:
   """BN_t(F) = (F - mu_F) / (sigma_F^2 + eps)^((1 - a_t)/2), mean and variance per token over
-  D (RECONSTRUCTION: residual_params_dynamics.md section 9, the paper's equation unverified)."""
+  D (RECONSTRUCTION from the abstract; the paper's equation is unverified, see docs/methods.md)."""
   f32 = f_BxTxD.astype(jnp.float32)
   mean = f32.mean(-1, keepdims=True)
   var = jnp.square(f32 - mean).mean(-1, keepdims=True)
@@ -132,87 +141,101 @@ def branchnorm(x, s: Sublayer):
 
 
 def simple_norm(x, s: Sublayer):
-  """SimpleGPT (Chen et al. 2026; spec 16): x + F(x), RMSNorm after every linear inside F."""
+  """SimpleGPT (Chen et al. 2026): x + F(x), RMSNorm after every linear inside F."""
   return x + s.branch(x)
 
 
-def deepnorm_init(cfg, role: str, fan_in: int, fan_out: int) -> float:
-  """DeepNorm, paper form: Xavier-normal, gain beta = (8L)^(-1/4) on W_V, W_O and the
-  MLP matrices, gain 1 on W_Q, W_K; embeddings keep model.init_std."""
-  if role in ('embedding', 'head'):
-    return cfg.init_std
-  gain = 1.0 if role in ('q', 'k') else (8 * cfg.num_layers) ** -0.25
-  return gain * math.sqrt(2.0 / (fan_in + fan_out))
+def branchnorm_a(cfg, t) -> jax.Array:
+  """BranchNorm's a_t = min(t / T, 1) for every layer (T = train.branchnorm_steps; full cfg)."""
+  a = jnp.minimum(jnp.asarray(t, jnp.float32) / cfg.train.branchnorm_steps, 1.0)
+  return jnp.full((cfg.model.num_layers,), a, jnp.float32)
 
 
-def sub_ln_init(cfg, role: str, fan_in: int, fan_out: int) -> float:
-  """Sub-LN (Magneto): W_V, W_O and the MLP matrices times sqrt(ln 2L); W_Q, W_K as is."""
-  del fan_in, fan_out
-  scaled = role in ('v', 'o', 'gate', 'up', 'down')
-  return cfg.init_std * (math.sqrt(math.log(2 * cfg.num_layers)) if scaled else 1.0)
+def _check_branchnorm(cfg) -> None:
+  if cfg.train.branchnorm_steps < 1:
+    raise invalid('train.branchnorm_steps', cfg.train.branchnorm_steps,
+                  'an integer >= 1 with model.block=branchnorm')
+  if cfg.model.norm != 'layernorm':
+    raise invalid('model.norm', cfg.model.norm,
+                  "'layernorm' with model.block=branchnorm (its t >= T limit is Post-LN)")
 
 
-def out_scaled_init(roles: tuple[str, ...]):
-  """Init with model.init_std, divided by sqrt(2L) for the matrices in roles."""
-  def init(cfg, role: str, fan_in: int, fan_out: int) -> float:
-    del fan_in, fan_out
-    return cfg.init_std / (math.sqrt(2 * cfg.num_layers) if role in roles else 1.0)
-  return init
+def _check_ngpt(cfg) -> None:
+  m = cfg.model
+  if m.mlp != 'swiglu':
+    raise invalid('model.mlp', m.mlp, "'swiglu' with model.block=ngpt")
+  if m.position != 'rope':
+    raise invalid('model.position', m.position, "'rope' with model.block=ngpt")
+  if (m.num_kv_heads or m.num_heads) != m.num_heads:
+    raise invalid('model.num_kv_heads', m.num_kv_heads,
+                  '0 (no grouped-query attention) with model.block=ngpt')
+  if m.fix_norm or m.peri_embed_norm:
+    raise invalid('model.fix_norm' if m.fix_norm else 'model.peri_embed_norm', True,
+                  'False with model.block=ngpt (its embedding rows are unit already)')
 
 
-def simple_norm_init(cfg, role: str, fan_in: int, fan_out: int) -> float:
-  """SimpleGPT: q, k, v, gate std model.init_std; o, up, down / sqrt(2L); embedding
-  N(0, 1); head std D^(-1/2)."""
-  if role == 'embedding':
-    return 1.0
-  if role == 'head':
-    return fan_in ** -0.5
-  return out_scaled_init(('o', 'up', 'down'))(cfg, role, fan_in, fan_out)
+def _mix_ln_post_blocks(cfg) -> int:
+  """Mix-LN's P = floor(model.mix_ln_alpha * L)."""
+  return math.floor(cfg.mix_ln_alpha * cfg.num_layers + 1e-9)
 
 
+def _deepnorm_alpha(cfg) -> float:
+  return (2 * cfg.num_layers) ** 0.25
+
+
+def _keel_alpha(cfg) -> float:
+  return float(2 * cfg.num_layers if cfg.keel_alpha == 'sublayers' else cfg.num_layers)
+
+
+_PRE = frozenset({'gpas', 'ln_scaling'})
 PLACEMENTS: dict[str, Placement] = {
-    'pre_ln': Placement(pre_ln, final_norm=True),
-    'post_ln': Placement(post_ln, final_norm=False),
-    'peri_ln': Placement(peri_ln, final_norm=True),
-    'sandwich_ln': Placement(peri_ln, final_norm=True),
-    'mix_ln': Placement(mix_ln, final_norm=True),
-    'deepnorm': Placement(deepnorm, final_norm=False, init=deepnorm_init),
-    'sub_ln': Placement(pre_ln, final_norm=True, init=sub_ln_init,
+    'pre_ln': Placement(pre_ln, final_norm=True, modifiers=_PRE | {'layer_rope', 'parallel_block',
+                                                                   'deepscalelm'}),
+    'post_ln': Placement(post_ln, final_norm=False, modifiers=frozenset({'gpas', 'deepscalelm'})),
+    'peri_ln': Placement(peri_ln, final_norm=True, modifiers=_PRE),
+    'sandwich_ln': Placement(peri_ln, final_norm=True, modifiers=_PRE),
+    'mix_ln': Placement(pre_ln, final_norm=True, modifiers=_PRE, post_blocks=_mix_ln_post_blocks,
+                        first_blocks=post_ln),
+    'deepnorm': Placement(deepnorm, final_norm=False, init='deepnorm',
+                          modifiers=frozenset({'gpas'}), skip_alpha=_deepnorm_alpha),
+    'sub_ln': Placement(pre_ln, final_norm=True, init='sub_ln',
                         inner=frozenset({'attn_out', 'mlp_mid'})),
     'normformer': Placement(normformer, final_norm=True,
                             inner=frozenset({'head_scale', 'mlp_mid'})),
-    'hybridnorm': Placement(hybridnorm, final_norm=True, init=out_scaled_init(('o', 'down')),
-                            inner=frozenset({'qkv'})),
-    'hybridnorm_star': Placement(hybridnorm, final_norm=True,
-                                 init=out_scaled_init(('o', 'down')), inner=frozenset({'qkv'})),
-    'keel': Placement(keel, final_norm=False),
-    'branchnorm': Placement(branchnorm, final_norm=False),
-    'ngpt': Placement(ngpt.update, final_norm=False, inner=frozenset({'ngpt'})),
-    'simple_norm': Placement(simple_norm, final_norm=True, init=simple_norm_init,
-                             inner=frozenset({'linear'})),
+    'hybridnorm': Placement(hybridnorm, final_norm=True, init='depth_scaled',
+                            inner=frozenset({'qkv'}), normalizes_qk=True),
+    'hybridnorm_star': Placement(hybridnorm_star, final_norm=True, init='depth_scaled',
+                                 inner=frozenset({'qkv'}), normalizes_qk=True),
+    'keel': Placement(keel, final_norm=False, skip_alpha=_keel_alpha),
+    'branchnorm': Placement(branchnorm, final_norm=False, check=_check_branchnorm,
+                            step_inputs=lambda cfg, t: {'branchnorm_a': branchnorm_a(cfg, t)}),
+    'ngpt': Placement(ngpt.update, final_norm=False, inner=frozenset({'ngpt'}),
+                      normalizes_qk=True, unit_sphere=True, check=_check_ngpt),
+    'simple_norm': Placement(simple_norm, final_norm=True, init='simple_norm',
+                             inner=frozenset({'linear'}), normalizes_qk=True),
 }
-GPAS_PLACEMENTS = ('pre_ln', 'post_ln', 'peri_ln', 'sandwich_ln', 'mix_ln', 'deepnorm')
-LN_SCALING_PLACEMENTS = ('pre_ln', 'peri_ln', 'sandwich_ln', 'mix_ln')
+
+
+def with_modifier(modifier: str) -> list[str]:
+  """The placements that compose with a modifier."""
+  return [name for name, row in PLACEMENTS.items() if modifier in row.modifiers]
 
 
 def gpas(a: jax.Array, x: jax.Array) -> jax.Array:
-  """GPAS (Chen et al. 2025; spec 10): x - silu(a) * stop_gradient(x); identity Jacobian."""
+  """GPAS (Chen et al. 2025): x - silu(a) * stop_gradient(x); identity Jacobian."""
   return x - jax.nn.silu(a).astype(x.dtype) * jax.lax.stop_gradient(x)
 
 
 def skip_alpha(cfg) -> float:
-  """The skip multiplier alpha: DeepNorm (2L)^(1/4); Keel 2L or L (model.keel_alpha); else 1."""
-  num_layers = cfg.num_layers
-  if cfg.block == 'deepnorm':
-    return (2 * num_layers) ** 0.25
-  if cfg.block == 'keel':
-    return float(2 * num_layers if cfg.keel_alpha == 'sublayers' else num_layers)
-  return 1.0
+  """The skip multiplier alpha of the placement (DeepNorm (2L)^(1/4), Keel 2L or L); else 1."""
+  rule = PLACEMENTS[cfg.block].skip_alpha
+  return rule(cfg) if rule else 1.0
 
 
 def num_post_blocks(cfg) -> int:
-  """Mix-LN's P = floor(model.mix_ln_alpha * L); 0 for every other placement."""
-  return math.floor(cfg.mix_ln_alpha * cfg.num_layers + 1e-9) if cfg.block == 'mix_ln' else 0
+  """Leading blocks wired Post-LN (Mix-LN's P = floor(model.mix_ln_alpha * L)); else 0."""
+  rule = PLACEMENTS[cfg.block].post_blocks
+  return rule(cfg) if rule else 0
 
 
 def layer_schedule(cfg) -> dict[str, jax.Array]:

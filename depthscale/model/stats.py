@@ -12,8 +12,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-LAYER_STATS = ('act_var', 'act_rms', 'update_ratio', 'attn_contrib', 'mlp_contrib',
-               'cos_in_out', 'attn_cos', 'mlp_cos', 'update_cos', 'max_abs_act', 'kurtosis')
 SATURATION_THRESHOLD = 0.99  # |tanh| or |erf| above this counts as saturated
 _TINY = 1e-30
 

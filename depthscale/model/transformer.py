@@ -16,11 +16,11 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from depthscale.model import inner_norms, layer_rope, ngpt, ops, residual
+from depthscale.model import inner_norms, layer_rope, moda, ngpt, ops, residual
 from depthscale.model import parametrization as pz
 from depthscale.model.norms import EMBED_SCALED, l2_normalize, make_norm
 from depthscale.model.param_tree import EMBEDDING_PARAMS
-from depthscale.model.placements import PLACEMENTS, base_init, layer_schedule, sublayer_factory
+from depthscale.model.placements import PLACEMENTS, layer_schedule, sublayer_factory
 from depthscale.model.stats import attention_entropy, block_stats
 
 def d_ff(cfg) -> int:
@@ -33,21 +33,15 @@ def _dense_param(module: nn.Module, name: str, shape, axes, std):
   Under nGPT each weight vector is then normalized along its D ('embed') axis."""
   def init(key, shape, dtype=jnp.float32):
     return jax.random.normal(key, shape, dtype) * jnp.asarray(std, dtype)
-  if module.cfg.block == 'ngpt':
+  if PLACEMENTS[module.cfg.block].unit_sphere:
     init = ngpt.unit_init(init, axes.index('embed'))
   return module.param(name, nn.with_logical_partitioning(init, axes), shape, jnp.float32)
 
 
-PZ_NAMES = {'gate': 'wi', 'up': 'wi', 'down': 'wo'}  # placement roles -> parametrization names
-
-
 def _std(cfg, role: str, fan_in: int, fan_out: int, index=None):
-  """Init std of a matrix: the placement's own rule where it has one (DeepNorm, Sub-LN,
-  HybridNorm, SimpleGPT), else model.init under model.parametrization."""
-  init = PLACEMENTS[cfg.block].init
-  if init is not base_init:
-    return init(cfg, role, fan_in, fan_out)
-  return pz.init_std(cfg, PZ_NAMES.get(role, role), fan_in, fan_out, index)
+  """Init std of a matrix: the placement's own scheme where its row sets one (DeepNorm, Sub-LN,
+  HybridNorm, SimpleGPT), else model.init; the parametrization's width factor applies."""
+  return pz.init_std(cfg, role, fan_in, fan_out, index, scheme=PLACEMENTS[cfg.block].init)
 
 
 def constrain(x, *names: str | None):
@@ -71,8 +65,9 @@ class Attention(nn.Module):
   cfg: Any
 
   @nn.compact
-  def __call__(self, x_BxTxD, mix_values=None, index=None):
-    """mix_values(v_BxTxKxE, x_BxTxD) -> v_BxTxKxE: the value-residual hook (or None)."""
+  def __call__(self, x_BxTxD, mix_values=None, index=None, depth=None):
+    """mix_values(v_BxTxKxE, x_BxTxD) -> v_BxTxKxE: the value-residual hook (or None);
+    depth(q, k, v, scale) -> o: MoDA's attention over the depth stream (or None)."""
     cfg = self.cfg
     dt = jnp.dtype(cfg.dtype)
     h, k = cfg.num_heads, cfg.num_kv_heads or cfg.num_heads
@@ -99,7 +94,10 @@ class Attention(nn.Module):
     scale = pz.attention_scale(cfg) if scale is None else scale
     if self.is_mutable_collection('analysis'):  # explicit probabilities: analysis path only
       self.sow('analysis', 'attn_entropy', attention_entropy(q_BxTxHxE, k_BxTxKxE, scale))
-    o_BxTxHxE = ops.attention(q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, scale)
+    if depth is None:
+      o_BxTxHxE = ops.attention(q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, scale)
+    else:
+      o_BxTxHxE = depth(q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, scale)
     o_BxTxHxE = inner_norms.heads(self, cfg, o_BxTxHxE)
     out_BxTxD = ops.matmul(o_BxTxHxE.reshape(b, t, h * e), wo.reshape(h * e, d).astype(dt))
     return inner_norms.attn_out(self, cfg, out_BxTxD)
@@ -137,15 +135,27 @@ class Block(nn.Module):
   cfg: Any
   collect_stats: bool = False
 
-  @nn.compact
   def __call__(self, carry: dict, layer: dict):
+    """(carry, layer inputs) -> (carry, stats). A placement whose row chooses its wiring per
+    layer (Mix-LN) runs only the chosen one: a conditional, which XLA drops altogether when
+    the scan is unrolled and the layer schedule is a constant."""
+    place = PLACEMENTS[self.cfg.block]
+    if place.first_blocks is None:
+      return self.wire(carry, layer, place.sublayer)
+    return nn.cond(layer['post'], lambda mdl, c, l: mdl.wire(c, l, place.first_blocks),
+                   lambda mdl, c, l: mdl.wire(c, l, place.sublayer), self, carry, layer)
+
+  @nn.compact
+  def wire(self, carry: dict, layer: dict, rule):
+    """The block with placement rule `rule` on each sublayer."""
     cfg = self.cfg
-    place, design = PLACEMENTS[cfg.block], residual.DESIGNS[cfg.residual]
+    design = residual.DESIGNS[cfg.residual]
     values = residual.ValueResidual(cfg, self, carry, layer) if cfg.value_residual != 'none' else None
     attn, mlp = Attention(cfg, name='attn'), Mlp(cfg, name='mlp')
     idx = layer['index']
     make_sublayer = sublayer_factory(self, cfg, layer, carry)
-    subs = [make_sublayer('attn', lambda y: attn(y, values, index=idx)),
+    depth = moda.DepthStream(carry, layer) if cfg.moda else None
+    subs = [make_sublayer('attn', lambda y: attn(y, values, index=idx, depth=depth)),
             make_sublayer('mlp', lambda y: mlp(y, index=idx))]
 
     def scaled(s, h):  # the branch-multiplier hook (parametrizations, ProRes, LayerDrop)
@@ -153,7 +163,7 @@ class Block(nn.Module):
                                                              layer.get('branch_mult', 1.0)))
     parts = {}  # parallel block: the two branch outputs
     if cfg.parallel_block == 'none':
-      steps = [(s.name, lambda h, s=s: place.sublayer(h, scaled(s, h))) for s in subs]
+      steps = [(s.name, lambda h, s=s: rule(h, scaled(s, h))) for s in subs]
     else:
       steps = [('block', residual.parallel_step(*(scaled(s, 0.0) for s in subs),
                                                 cfg.parallel_block == 'gptj', parts))]
@@ -168,6 +178,8 @@ class Block(nn.Module):
       carry = design.block_end(cfg, name='res_dwa')(carry, layer['index'])
     if values is not None:
       carry = values.update(carry)
+    if depth is not None:
+      carry = depth.update(carry)
     trace['x_out'] = design.view(carry)
     self.sow('intermediates', 'x_out', trace['x_out'])  # LayerSkip's early exits (when mutable)
     stats = block_stats(trace) if self.collect_stats else {}
@@ -222,7 +234,7 @@ class Transformer(nn.Module):
       self.embed_norm = make_norm(cfg, 'embed_norm')
     if cfg.layer_rope:
       self.layer_rope_gain = layer_rope.shared_gain(self, d)
-    if cfg.block == 'ngpt':
+    if PLACEMENTS[cfg.block].unit_sphere:
       self.logit_scale = ngpt.logit_scale(self, v, d)
     if cfg.position == 'learned':
       pos_init = nn.with_logical_partitioning(
@@ -262,7 +274,7 @@ class Transformer(nn.Module):
     w_DxV = self._table().T if self.cfg.tie_embeddings else self.head
     dt = jnp.dtype(self.cfg.dtype)
     logits_BxTxV = jnp.einsum('btd,dv->btv', x_BxTxD.astype(dt), w_DxV.astype(dt))
-    if self.cfg.block == 'ngpt':
+    if PLACEMENTS[self.cfg.block].unit_sphere:
       logits_BxTxV = logits_BxTxV * self.logit_scale
     mult = pz.logit_mult(self.cfg)
     logits_BxTxV = logits_BxTxV * mult if mult != 1 else logits_BxTxV
@@ -271,6 +283,8 @@ class Transformer(nn.Module):
   def start(self, x_BxTxD) -> dict:
     """The scan carry entering block 1 (the residual design's state; LayerRoPE's shared gain)."""
     carry = residual.init_carry(self.cfg, x_BxTxD)
+    if self.cfg.moda:
+      carry.update(moda.init_carry(self.cfg, x_BxTxD))
     if self.cfg.layer_rope:
       carry['layer_rope_gain'] = self.layer_rope_gain
     return carry

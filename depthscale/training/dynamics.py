@@ -12,6 +12,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from depthscale.model.placements import PLACEMENTS
+
 PRORES = ('none', 'linear', 'sqrt', 'square', 'equal', 'reverse', 'stagewise', 'fix')
 PRORES_VALUES = ('zero', 'inv_L', 'inv_sqrt_L', 'inv_sqrt_l')  # stagewise floor / fix constant
 LAYERSKIP_CURRICULA = ('exp', 'none')
@@ -69,29 +71,17 @@ def layerskip_rates(cfg, t) -> jax.Array:
   return jnp.clip(time * depth * cfg.train.layerskip_p_max, 0.0, 1.0)
 
 
-def branchnorm_a(cfg, t) -> jax.Array:
-  """BranchNorm's a_t = min(t / T, 1) for every layer (T = train.branchnorm_steps)."""
-  a = jnp.minimum(jnp.asarray(t, jnp.float32) / cfg.train.branchnorm_steps, 1.0)
-  return jnp.full((cfg.model.num_layers,), a, jnp.float32)
-
-
 def _uses_branch_mult(cfg) -> bool:
   t = cfg.train
   return t.prores != 'none' or t.layerdrop > 0 or t.layerskip_p_max > 0
 
 
-def uses_layer_inputs(cfg) -> bool:
-  """Whether any method needs dynamic per-layer scan inputs."""
-  return _uses_branch_mult(cfg) or cfg.model.block == 'branchnorm'
-
-
 def layer_inputs(cfg, t, rng, batch_size: int, train: bool) -> dict | None:
   """Dynamic per-layer scan inputs: 'branch_mult' ((L,) or (L, B)), the product of the
-  ProRes alpha and (in training) the LayerDrop / LayerSkip keep masks, and BranchNorm's
-  'branchnorm_a' (L,); None if no method needs them."""
-  out = {}
-  if cfg.model.block == 'branchnorm':
-    out['branchnorm_a'] = branchnorm_a(cfg, t)
+  ProRes alpha and (in training) the LayerDrop / LayerSkip keep masks, and the placement's
+  own step-dependent inputs (BranchNorm's 'branchnorm_a' (L,)); None if none are needed."""
+  rule = PLACEMENTS[cfg.model.block].step_inputs
+  out = rule(cfg, t) if rule else {}
   if _uses_branch_mult(cfg):
     out['branch_mult'] = _branch_mult(cfg, t, rng, batch_size, train)
   return out or None

@@ -11,6 +11,7 @@ import optax
 
 from depthscale.model import ngpt
 from depthscale.model import param_tree
+from depthscale.model.placements import PLACEMENTS
 from depthscale.model import parametrization as pz
 from depthscale.training import dynamics, llr
 
@@ -108,6 +109,6 @@ def make_optimizer(cfg) -> optax.GradientTransformation:
   if o.llr:
     parts.append(llr.scale_by_llr(cfg))
   parts.append(optax.scale_by_learning_rate(schedule(cfg)))
-  if cfg.model.block == 'ngpt':  # nGPT: weights back onto the unit sphere after every step
+  if PLACEMENTS[cfg.model.block].unit_sphere:  # nGPT: weights back onto the unit sphere
     parts.append(ngpt.renormalize())
   return optax.chain(*parts)

@@ -1,0 +1,98 @@
+"""The package's shape: no import cycles, model/ independent of training/ and results/, no
+imports inside functions, no placement-name checks outside the placement table, and the
+table refuses unknown features. Static (ast), no JAX compilation."""
+
+import ast
+import io
+import pathlib
+import tokenize
+
+import pytest
+
+from depthscale.model import placements
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / 'depthscale'
+
+
+def _modules() -> dict[str, pathlib.Path]:
+  out = {}
+  for path in PACKAGE.rglob('*.py'):
+    name = '.'.join(path.relative_to(ROOT).with_suffix('').parts)
+    out[name.removesuffix('.__init__')] = path
+  return out
+
+
+def _imports(path: pathlib.Path, modules) -> set[str]:
+  """The depthscale modules a file imports (at any depth of the file)."""
+  found = set()
+  for node in ast.walk(ast.parse(path.read_text())):
+    names = []
+    if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith('depthscale'):
+      names = [f'{node.module}.{a.name}' if f'{node.module}.{a.name}' in modules else node.module
+               for a in node.names]
+    elif isinstance(node, ast.Import):
+      names = [a.name for a in node.names if a.name.startswith('depthscale')]
+    found.update(names)
+  return found
+
+
+def test_no_import_cycles():
+  modules = _modules()
+  graph = {m: _imports(p, modules) - {m} for m, p in modules.items()}
+  state: dict[str, int] = {}
+
+  def visit(m, stack):
+    state[m] = 1
+    for n in sorted(graph.get(m, ())):
+      assert state.get(n) != 1, 'import cycle: ' + ' -> '.join(stack[stack.index(n):] + [m, n])
+      if n not in state:
+        visit(n, stack + [m])
+    state[m] = 2
+  for m in sorted(graph):
+    if m not in state:
+      visit(m, [])
+
+
+def test_model_imports_nothing_from_training_or_results():
+  modules = _modules()
+  for name, path in modules.items():
+    if name.startswith('depthscale.model'):
+      bad = {m for m in _imports(path, modules)
+             if m.startswith(('depthscale.training', 'depthscale.results'))}
+      assert not bad, (name, bad)
+
+
+def test_no_imports_inside_functions():
+  """Every import is at module level, so the dependency graph above is the whole story."""
+  for path in PACKAGE.rglob('*.py'):
+    for node in ast.walk(ast.parse(path.read_text())):
+      if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        inner = [n for n in ast.walk(node) if isinstance(n, (ast.Import, ast.ImportFrom))]
+        lazy = [n for n in inner if not all(a.name in LAZY_OPTIONAL for a in n.names)
+                and getattr(n, 'module', None) not in LAZY_OPTIONAL]
+        assert not lazy, f'{path.relative_to(ROOT)}:{node.lineno} imports inside {node.name}'
+
+
+LAZY_OPTIONAL = ('sentencepiece', 'tokenizers', 'pyarrow', 'pyarrow.parquet', 'zstandard')
+
+
+def _name_checks(path: pathlib.Path) -> list[int]:
+  """Lines comparing something's `.block` (a placement name) with ==, !=, in or not in."""
+  toks = [t for t in tokenize.generate_tokens(io.StringIO(path.read_text()).readline)
+          if t.type in (tokenize.NAME, tokenize.OP)]
+  return [b.start[0] for a, b, c in zip(toks, toks[1:], toks[2:])
+          if a.string == '.' and b.string == 'block' and c.string in ('==', '!=', 'in', 'not')]
+
+
+def test_no_placement_name_checks_outside_the_table():
+  for path in PACKAGE.rglob('*.py'):
+    if path.name != 'placements.py':
+      assert not _name_checks(path), (path.relative_to(ROOT), _name_checks(path))
+
+
+def test_placement_rows_refuse_unknown_features():
+  with pytest.raises(ValueError, match='unknown placement features'):
+    placements.Placement(placements.pre_ln, final_norm=True, inner=frozenset({'attn_outt'}))
+  with pytest.raises(ValueError, match='unknown placement features'):
+    placements.Placement(placements.pre_ln, final_norm=True, modifiers=frozenset({'gpass'}))
