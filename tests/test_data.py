@@ -21,7 +21,7 @@ def make_cfg(**overrides) -> ConfigDict:
   cfg = ConfigDict(dict(
       source='mix', seq_len=128, batch_size=8, eval_batches=2, tokenizer='byte',
       eval_fraction=0.05, khop_max=4, grammar_seed=0, khop_queries=4,
-      khop_distractors=4, read_threads=2, prefetch=4))
+      khop_distractors=4, read_threads=2, prefetch=4, document_mask=False, workers=0))
   cfg.update(overrides)
   return cfg
 
