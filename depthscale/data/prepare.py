@@ -161,16 +161,16 @@ def _convert(job: tuple[int, str]) -> dict:
   batch = []
 
   def flush():
+    tokens = 0
     for doc, ids in zip(batch, tok.encode_batch(batch)):
       split = 'eval' if documents.held_out(doc, s['eval_fraction']) else 'train'
       writers[split].add(np.concatenate([ids.astype(dtype), eos]))
+      tokens += len(ids) + 1
     with docs_done.get_lock():
       docs_done.value += len(batch)
     with tokens_done.get_lock():
-      tokens_done.value += sum(w.tokens for w in writers.values()) - flush.tokens
-    flush.tokens = sum(w.tokens for w in writers.values())
+      tokens_done.value += tokens
     batch.clear()
-  flush.tokens = 0
 
   for doc in documents.read(path, s['text_field']):
     batch.append(doc)
@@ -276,8 +276,8 @@ def _finish(out: epath.Path, records: list[dict], settings: dict, dtype: np.dtyp
       stale.unlink()
     rest = _SplitWriter(out, f'{split}-rest', settings['chunk_tokens'], settings['shard_chunks'])
     for r in records:
-      rest.buf.append(np.load(out / STATE / f'tail-{r["index"]:05d}-{split}.npy'))
-    rest.pending = sum(len(b) for b in rest.buf)
+      with (out / STATE / f'tail-{r["index"]:05d}-{split}.npy').open('rb') as f:
+        rest.add(np.load(f))
     rest.close()
     meta[f'{split}_chunks'] = sum(r[split]['chunks'] for r in records) + rest.chunks
     meta[f'{split}_documents'] = sum(r[split]['documents'] for r in records)
