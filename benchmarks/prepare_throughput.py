@@ -24,6 +24,8 @@ import sys
 import tempfile
 import time
 
+import sentencepiece as spm
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 import zstandard
 
 from depthscale.data import python_docs
@@ -34,8 +36,6 @@ CORPUS_TOKENS = 100e9
 
 def train_tokenizers(docs: list[str], vocab: int, root: str) -> dict[str, str]:
   """The three tokenizer specs: byte, a SentencePiece .model and a tokenizer.json."""
-  import sentencepiece as spm  # pylint: disable=import-outside-toplevel
-  from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # pylint: disable=import-outside-toplevel
   model = io.BytesIO()
   spm.SentencePieceTrainer.train(sentence_iterator=iter(docs), model_writer=model,
                                  vocab_size=vocab, model_type='unigram',
@@ -44,7 +44,8 @@ def train_tokenizers(docs: list[str], vocab: int, root: str) -> dict[str, str]:
   with open(sp_path, 'wb') as f:
     f.write(model.getvalue())
   tok = Tokenizer(models.BPE())
-  tok.pre_tokenizer, tok.decoder = pre_tokenizers.ByteLevel(add_prefix_space=False), decoders.ByteLevel()
+  tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+  tok.decoder = decoders.ByteLevel()
   tok.train_from_iterator(docs, trainers.BpeTrainer(
       vocab_size=vocab, special_tokens=['<|endoftext|>'],
       initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))

@@ -62,7 +62,8 @@ def corpus(tmp_path_factory) -> dict:
       {'filename': f'data-{i:05d}-of-00002.arrow'} for i in range(2)]}))
   from tokenizers import Tokenizer, models, pre_tokenizers, trainers, decoders
   tok = Tokenizer(models.BPE())
-  tok.pre_tokenizer, tok.decoder = pre_tokenizers.ByteLevel(add_prefix_space=False), decoders.ByteLevel()
+  tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+  tok.decoder = decoders.ByteLevel()
   tok.train_from_iterator([d for ds in docs.values() for d in ds], trainers.BpeTrainer(
       vocab_size=300, special_tokens=[EOS], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
   tok.save(str(root / 'tokenizer.json'))

@@ -5,8 +5,9 @@ manual's sections that `help()` shows; sorted by topic name), then one document 
 file of the standard library (every `*.py` under `sysconfig.get_paths()['stdlib']` except
 `site-packages`, `test`/`tests` and `idlelib` directories; sorted by relative path): its
 module, class and function docstrings in source order, separated by blank lines, read
-with `ast.get_docstring` so no module is imported. Files that do not parse are skipped. The corpus is a pure function of the Python installation: same version, same
-documents and hash (`info()['sha256']`, recorded in each run's data_info.json).
+with `ast.get_docstring` so no module is imported. Files that do not parse are skipped.
+The corpus is a pure function of the Python installation: same version, same documents
+and hash (`info()['sha256']`, recorded in each run's data_info.json).
 """
 
 from __future__ import annotations
