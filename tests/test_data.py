@@ -287,6 +287,8 @@ def test_array_record_processes_read_their_own_files(shard_dir):
      r"data.tokenizer='missing.model' is invalid: allowed byte or the path"),
     (dict(source='array_record:/nonexistent/*.array_record'), 256, 1, "allowed a file pattern containing 'train'"),
     (dict(khop_max=20), 256, 1, r'data.khop_max=20 is invalid: allowed khop_max \* khop_queries'),
+    (dict(workers=-1), 256, 1, r'data.workers=-1 is invalid: allowed 0'),
+    (dict(source='python_docs:x'), 256, 1, r"data.source='python_docs:x' is invalid"),
 ])
 def test_validation_messages(overrides, vocab_size, process_count, message):
   with pytest.raises(ValueError, match=message) as e:
