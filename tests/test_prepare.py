@@ -77,7 +77,8 @@ def test_every_format_yields_its_documents_in_order(corpus):
     got = [d for p in paths for d in documents.read(p)]
     assert got == [d.encode() for d in docs], name
   assert len(documents.expand(str(root / 'hf'))) == 2
-  assert documents.file_format('x/y.txt') == 'text'
+  assert [documents.file_format(f'x/y.{e}') for e in ('txt', 'json', 'json.gz', 'arrow')] == [
+      'text', 'jsonl', 'jsonl.gz', 'arrow']
   with pytest.raises(ValueError, match=r"--text_field='body' is invalid: allowed a field"):
     next(documents.read(str(root / 'a.jsonl.zst'), 'body'))
   with pytest.raises(ValueError, match=r"--text_field='body' is invalid"):

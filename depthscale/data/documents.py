@@ -63,11 +63,11 @@ def expand(pattern: str, field: str = 'data.source') -> list[str]:
 
 
 def file_format(path: str) -> str:
-  """The format of a corpus file, from its name."""
+  """The format of a corpus file, from its name (.json files are read as JSON Lines)."""
   name = os.path.basename(path).lower()
-  for ext in ('jsonl.gz', 'jsonl.zst', 'json.gz', 'json.zst', 'jsonl', 'parquet', 'arrow'):
+  for ext in ('jsonl.gz', 'jsonl.zst', 'json.gz', 'json.zst', 'jsonl', 'json', 'parquet', 'arrow'):
     if name.endswith('.' + ext):
-      return ext.replace('json.', 'jsonl.')
+      return 'jsonl' if ext == 'json' else ext.replace('json.', 'jsonl.')
   return 'text'
 
 
