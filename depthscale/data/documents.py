@@ -17,7 +17,6 @@ from etils import epath
 
 from depthscale.errors import ConfigError
 
-FORMATS = ('jsonl', 'jsonl.gz', 'jsonl.zst', 'parquet', 'arrow', 'text')
 _BATCH = 1024  # rows per Parquet / Arrow record batch read
 
 
