@@ -77,18 +77,20 @@ def default_config() -> ConfigDict:
   m.moda = False  # MoDA: each head also attends to the same token's K/V of every earlier layer
 
   d = c.data = ConfigDict()
-  d.source = 'mix'  # 'grammar', 'khop', 'mix', 'text:GLOB', 'array_record:GLOB'
+  d.source = 'mix'  # 'grammar', 'khop', 'mix', 'python_docs', 'text:GLOB', 'array_record:GLOB'
   d.seq_len = 128  # T, tokens per sequence
   d.batch_size = 16  # global batch (sequences per step)
   d.eval_batches = 4  # batches in the fixed held-out eval set
-  d.tokenizer = 'byte'  # 'byte' or a path to a SentencePiece .model (text sources)
-  d.eval_fraction = 0.05  # held-out fraction of a text corpus
+  d.tokenizer = 'byte'  # 'byte', a SentencePiece .model or a tokenizer.json path (text, python_docs)
+  d.eval_fraction = 0.05  # held-out fraction of a text corpus (python_docs: of its documents)
+  d.document_mask = False  # attention only within a document (segment ids from the source's EOS)
   d.khop_max = 4  # largest number of hops in the k-hop task
   d.grammar_seed = 0  # seed of the synthetic grammar itself (not of the sampling)
   d.khop_queries = 4  # k-hop: queries per sequence
   d.khop_distractors = 4  # k-hop: distractor assignments per query
   d.read_threads = 2  # grain read threads
   d.prefetch = 4  # grain prefetch buffer (batches)
+  d.workers = 0  # grain worker processes reading records (0 = read in this process)
 
   o = c.optim = ConfigDict()
   o.lr = 3e-3  # peak learning rate

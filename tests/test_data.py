@@ -10,7 +10,10 @@ from ml_collections import ConfigDict
 import numpy as np
 import pytest
 
+from array_record.python.array_record_module import ArrayRecordReader
+
 from depthscale import data
+from depthscale.data import documents
 from depthscale.data import grammar
 from depthscale.data import prepare
 from depthscale.data import sources
@@ -21,7 +24,7 @@ def make_cfg(**overrides) -> ConfigDict:
   cfg = ConfigDict(dict(
       source='mix', seq_len=128, batch_size=8, eval_batches=2, tokenizer='byte',
       eval_fraction=0.05, khop_max=4, grammar_seed=0, khop_queries=4,
-      khop_distractors=4, read_threads=2, prefetch=4))
+      khop_distractors=4, read_threads=2, prefetch=4, document_mask=False, workers=0))
   cfg.update(overrides)
   return cfg
 
@@ -57,11 +60,14 @@ def corpus(tmp_path_factory) -> str:
   return str(root / '*.txt')
 
 
+SHARD_EVAL_FRACTION = 0.3
+
+
 @pytest.fixture(scope='module')
 def shard_dir(tmp_path_factory, corpus) -> str:
   out = tmp_path_factory.mktemp('shards')
   prepare.main([f'--input={corpus}', f'--output={out}', '--chunk_tokens=516',
-                '--eval_fraction=0.1', '--shard_chunks=5'])
+                f'--eval_fraction={SHARD_EVAL_FRACTION}', '--shard_chunks=2'])
   return str(out)
 
 
@@ -209,27 +215,63 @@ def test_text_source_round_trip(corpus):
   assert data.required_vocab(cfg) == 256
 
 
+def records(paths: list[str]) -> list[bytes]:
+  out = []
+  for path in paths:
+    reader = ArrayRecordReader(path)
+    out += reader.read_all()
+    reader.close()
+  return out
+
+
 def test_array_record_round_trip(shard_dir, corpus):
+  """Each file's documents (EOS after each) fill its records in order, shard_chunks per
+  shard; the tails shorter than a record are concatenated, in file order, into the rest
+  shards; a document is held out iff its hash says so."""
   meta = json.load(open(os.path.join(shard_dir, 'meta.json')))
   assert meta['vocab_size'] == 256 and meta['chunk_tokens'] == 516 and meta['dtype'] == 'uint8'
-  names = sorted(os.listdir(shard_dir))
-  assert any(n.startswith('eval-') for n in names) and sum(n.startswith('train-') for n in names) > 1
-  cfg = make_cfg(source=f'array_record:{shard_dir}/train-*.array_record', seq_len=128,
-                 eval_fraction=0.1)
-  text_cfg = make_cfg(source=f'text:{corpus}', seq_len=128, eval_fraction=0.1)
+  files = sorted(glob.glob(corpus))
+  tails = {'train': b'', 'eval': b''}
+  for i, path in enumerate(files):
+    doc = open(path, 'rb').read()
+    split = 'eval' if documents.held_out(doc, SHARD_EVAL_FRACTION) else 'train'
+    stream, k = doc + b'\0', (len(doc) + 1) // 516
+    got = records(sorted(glob.glob(f'{shard_dir}/{split}-{i:05d}-*.array_record')))
+    assert got == [stream[j * 516:(j + 1) * 516] for j in range(k)]
+    assert len(glob.glob(f'{shard_dir}/{split}-{i:05d}-*.array_record')) == -(-k // 2)
+    tails[split] += stream[k * 516:]
+  for split, tail in tails.items():
+    got = records(sorted(glob.glob(f'{shard_dir}/{split}-rest-*.array_record')))
+    assert got == [tail[j * 516:(j + 1) * 516] for j in range(len(tail) // 516)]
+  held = sum(documents.held_out(open(p, 'rb').read(), SHARD_EVAL_FRACTION) for p in files)
+  assert meta['eval_documents'] == held and 0 < held < len(files)
+  cfg = make_cfg(source=f'array_record:{shard_dir}/train-*.array_record', seq_len=128)
   data.validate(cfg, 256, process_count=1)
-  # Chunks are 4 windows of 129, so shard windows are text windows.
-  text_ev = data.eval_batches(text_cfg, 0, 1)[0]
-  ev = data.eval_batches(cfg, 0, 1)[0]
-  n = meta['eval_chunks'] * 4
-  np.testing.assert_array_equal(ev['inputs'][:n], text_ev['inputs'][:n])
-  train_text = stream_bytes(corpus, 0.1)[0]
-  allowed = {train_text[k * 129:(k + 1) * 129] for k in range(meta['train_chunks'] * 4)}
+  allowed = {r[k * 129:(k + 1) * 129]  # chunks are 4 windows of 129 tokens
+             for r in records(sorted(glob.glob(f'{shard_dir}/train-*.array_record')))
+             for k in range(4)}
   rows = [bytes(np.concatenate([i, t[-1:]]).astype(np.uint8))
           for b in take(data.train_iterator(cfg, 0), 6) for i, t in zip(b['inputs'], b['targets'])]
   assert set(rows) <= allowed and len(set(rows)) == len(rows)
   with pytest.raises(ValueError, match='data.seq_len=600 is invalid: allowed <= 515'):
     data.validate(make_cfg(source=cfg.source, seq_len=600), 256, process_count=1)
+
+
+def test_array_record_processes_read_their_own_files(shard_dir):
+  """On P processes, process p reads only the train files p, p + P, ...; too few files
+  for the processes is a config error."""
+  cfg = make_cfg(source=f'array_record:{shard_dir}/train-*.array_record', seq_len=128,
+                 batch_size=4)
+  files = sorted(glob.glob(f'{shard_dir}/train-*.array_record'))
+  for p in range(2):
+    mine = {r[k * 129:(k + 1) * 129] for r in records(files[p::2]) for k in range(4)}
+    rows = [bytes(np.concatenate([i, t[-1:]]).astype(np.uint8))
+            for b in take(data.train_iterator(cfg, 0, process_index=p, process_count=2), 3)
+            for i, t in zip(b['inputs'], b['targets'])]
+    assert set(rows) <= mine and len(set(rows)) == len(rows)
+  n = len(files) + 1
+  with pytest.raises(ValueError, match=f'allowed at least process_count={n} train'):
+    data.validate(make_cfg(source=cfg.source, seq_len=128, batch_size=n), 256, process_count=n)
 
 
 @pytest.mark.parametrize('overrides, vocab_size, process_count, message', [
@@ -245,6 +287,8 @@ def test_array_record_round_trip(shard_dir, corpus):
      r"data.tokenizer='missing.model' is invalid: allowed byte or the path"),
     (dict(source='array_record:/nonexistent/*.array_record'), 256, 1, "allowed a file pattern containing 'train'"),
     (dict(khop_max=20), 256, 1, r'data.khop_max=20 is invalid: allowed khop_max \* khop_queries'),
+    (dict(workers=-1), 256, 1, r'data.workers=-1 is invalid: allowed 0'),
+    (dict(source='python_docs:x'), 256, 1, r"data.source='python_docs:x' is invalid"),
 ])
 def test_validation_messages(overrides, vocab_size, process_count, message):
   with pytest.raises(ValueError, match=message) as e:
@@ -262,7 +306,8 @@ def test_sentencepiece_missing_is_a_clear_error():
 def test_validation_accepts_defaults():
   data.validate(make_cfg(), 256, process_count=1)
   assert data.required_vocab(make_cfg()) == vocab.GRAMMAR_VOCAB <= 256
-  assert set(data.SOURCES) == {'grammar', 'khop', 'mix', 'text:GLOB', 'array_record:GLOB'}
+  assert set(data.SOURCES) == {'grammar', 'khop', 'mix', 'python_docs', 'text:GLOB',
+                               'array_record:GLOB'}
 
 
 def test_stream_is_pinned():
@@ -271,3 +316,18 @@ def test_stream_is_pinned():
   assert source.train(0)['inputs'][:6].tolist() == [154, 151, 131, 207, 167, 188]
   assert source.train(1)['inputs'][:6].tolist() == [68, 2, 87, 3, 49, 2]
   assert source.eval(0)['inputs'][:6].tolist() == [154, 120, 233, 1, 188, 132]
+
+
+def test_grain_worker_processes_give_the_same_batches_and_resume(shard_dir):
+  """data.workers=2 reads in two grain worker processes: same batches as in-process, and
+  its iterator state restores exactly."""
+  cfg = make_cfg(source=f'array_record:{shard_dir}/train-*.array_record', seq_len=128,
+                 batch_size=4, document_mask=True)
+  expected = take(data.train_iterator(cfg, seed=2), 6)
+  cfg.workers = 2
+  it = data.train_iterator(cfg, seed=2)
+  assert_same(take(it, 3), expected[:3])
+  state = json.loads(json.dumps(it.get_state()))
+  resumed = data.train_iterator(cfg, seed=2)
+  resumed.set_state(state)
+  assert_same(take(resumed, 3), expected[3:])

@@ -1,8 +1,16 @@
-"""Data pipeline: synthetic hierarchical/k-hop sources and local text corpora."""
+"""Data pipeline: synthetic sources, text corpora, prepared shards and python_docs.
 
-from depthscale.data.pipeline import eval_batches
-from depthscale.data.pipeline import train_iterator
-from depthscale.data.pipeline import validate
-from depthscale.data.sources import SOURCES
-from depthscale.data.sources import hop_values
-from depthscale.data.sources import required_vocab
+The names below load on first use, so `python -m depthscale.data.prepare` (and its worker
+processes) import neither grain nor jax."""
+
+import importlib
+
+_EXPORTS = {'eval_batches': 'pipeline', 'train_iterator': 'pipeline', 'validate': 'pipeline',
+            'data_info': 'sources', 'SOURCES': 'sources', 'hop_values': 'sources',
+            'required_vocab': 'sources'}
+
+
+def __getattr__(name: str):
+  if name not in _EXPORTS:
+    raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
+  return getattr(importlib.import_module(f'depthscale.data.{_EXPORTS[name]}'), name)

@@ -13,9 +13,7 @@ from __future__ import annotations
 import json
 import os
 
-import grain
 import numpy as np
-from array_record.python.array_record_module import ArrayRecordWriter
 
 from depthscale.data import text
 from depthscale.errors import ConfigError
@@ -43,12 +41,25 @@ def read_meta(pattern: str) -> dict:
     return json.load(f)
 
 
-class Windows:
-  """Windows of `length` tokens cut from every fixed-length chunk record."""
+def process_files(pattern: str, process_index: int, process_count: int) -> list[str]:
+  """The train files process p reads: every process_count-th file from the p-th (all
+  files for one process). Raises unless every process gets at least one."""
+  files = text.expand(pattern)
+  if len(files) < process_count:
+    raise ConfigError(f'data.source=array_record:{pattern!r} is invalid: allowed at least '
+                      f'process_count={process_count} train files (each process reads its '
+                      f'own; re-run prepare with a smaller --shard_chunks)')
+  return files[process_index::process_count]
 
-  def __init__(self, pattern: str, length: int):
+
+class Windows:
+  """Windows of `length` tokens cut from every fixed-length chunk record of the files
+  (default: all files matching pattern)."""
+
+  def __init__(self, pattern: str, length: int, files: list[str] | None = None):
+    import grain  # pylint: disable=import-outside-toplevel
     meta = read_meta(pattern)
-    self._source = grain.sources.ArrayRecordDataSource(text.expand(pattern))
+    self._source = grain.sources.ArrayRecordDataSource(files or text.expand(pattern))
     self._dtype = np.dtype(meta['dtype'])
     self._length = length
     self._per_chunk = meta['chunk_tokens'] // length
@@ -60,11 +71,3 @@ class Windows:
     chunk, w = divmod(i, self._per_chunk)
     tokens = np.frombuffer(self._source[chunk], self._dtype)
     return tokens[w * self._length:(w + 1) * self._length]
-
-
-def write(path: str, chunks: np.ndarray) -> None:
-  """Writes each row of chunks as one record (group size 1: random access)."""
-  writer = ArrayRecordWriter(path, 'group_size:1')
-  for row in chunks:
-    writer.write(row.tobytes())
-  writer.close()

@@ -10,8 +10,10 @@ import grain
 from ml_collections import ConfigDict
 import numpy as np
 
+from depthscale.data import documents
 from depthscale.data import grammar
 from depthscale.data import khop
+from depthscale.data import python_docs
 from depthscale.data import rng
 from depthscale.data import shards
 from depthscale.data import text
@@ -23,10 +25,12 @@ SOURCES = {
     'grammar': 'seeded nested PCFG language (data.grammar_seed); see grammar.py',
     'khop': 'multi-hop variable binding, hop labels 1..data.khop_max; see khop.py',
     'mix': 'even records grammar, odd records khop (the default)',
+    'python_docs': 'English prose shipped with Python (pydoc topics, stdlib docstrings)',
     'text:GLOB': 'local text files, data.tokenizer tokens, last data.eval_fraction held out',
     'array_record:GLOB': 'token chunk shards written by python -m depthscale.data.prepare',
 }
 SYNTHETIC = ('grammar', 'khop', 'mix')
+BUILTIN = SYNTHETIC + ('python_docs',)  # kinds without a glob
 
 Example = dict[str, np.ndarray]
 
@@ -36,6 +40,7 @@ class Source:
   """Random-access examples by global record index; both splits are unbounded."""
   train: Callable[[int], Example]
   eval: Callable[[int], Example]
+  local: bool = False  # train(i) indexes this process's own stream, not the global one
 
 
 def _invalid(field: str, value, allowed: str) -> ConfigError:
@@ -45,7 +50,7 @@ def _invalid(field: str, value, allowed: str) -> ConfigError:
 def parse(source: str) -> tuple[str, str]:
   """Splits `data.source` into (kind, glob); glob is '' for synthetic kinds."""
   kind, colon, pattern = source.partition(':')
-  if (kind in SYNTHETIC and not colon) or (kind in ('text', 'array_record') and pattern):
+  if (kind in BUILTIN and not colon) or (kind in ('text', 'array_record') and pattern):
     return kind, pattern
   raise _invalid('data.source', source, ', '.join(SOURCES))
 
@@ -73,8 +78,9 @@ def check(cfg: ConfigDict) -> None:
     if spec.min_length > length:
       raise _invalid('data.seq_len', cfg.seq_len, f'>= {spec.min_length - 1} so a '
                      f'chain of khop_max={spec.max_hops} hops and its query fit')
-  elif kind == 'text':
-    text.expand(pattern)
+  elif kind in ('text', 'python_docs'):
+    if kind == 'text':
+      text.expand(pattern)
     tokenizer.load(cfg.tokenizer)
     if not 0 < cfg.eval_fraction < 1:
       raise _invalid('data.eval_fraction', cfg.eval_fraction, 'a number in (0, 1)')
@@ -93,9 +99,33 @@ def required_vocab(cfg: ConfigDict) -> int:
     return vocab.KHOP_VOCAB
   if kind in SYNTHETIC:
     return vocab.GRAMMAR_VOCAB
-  if kind == 'text':
+  if kind in ('text', 'python_docs'):
     return tokenizer.load(cfg.tokenizer).vocab_size
   return shards.read_meta(pattern)['vocab_size']
+
+
+def eos_id(cfg: ConfigDict) -> int:
+  """The token that ends each document (or sentence, or episode) of the source."""
+  kind, pattern = parse(cfg.source)
+  if kind in SYNTHETIC:
+    return vocab.EOS
+  if kind in ('text', 'python_docs'):
+    return tokenizer.load(cfg.tokenizer).eos_id
+  return shards.read_meta(pattern)['eos_id']
+
+
+def data_info(cfg: ConfigDict) -> dict:
+  """Provenance of the source's data: python_docs' hash and size, the shards' meta.json."""
+  kind, pattern = parse(cfg.source)
+  if kind == 'python_docs':
+    docs = python_docs.documents()
+    held = sum(documents.held_out(d, cfg.eval_fraction) for d in docs)
+    return {**python_docs.info(), 'eval_documents': held, 'train_documents': len(docs) - held}
+  if kind == 'array_record':
+    return {'corpus': pattern, **shards.read_meta(pattern)}
+  if kind == 'text':
+    return {'corpus': pattern, 'files': len(text.expand(pattern))}
+  return {'corpus': kind}
 
 
 def hop_values(cfg: ConfigDict) -> list[int]:
@@ -105,13 +135,23 @@ def hop_values(cfg: ConfigDict) -> list[int]:
   return []
 
 
-def example(tokens: np.ndarray, hop: np.ndarray | None = None) -> Example:
-  """Builds the model example of a window of seq_len + 1 tokens."""
+def segments(inputs: np.ndarray, eos: int) -> np.ndarray:
+  """Document index of each input position: the number of EOS tokens before it (an EOS
+  belongs to the document it ends)."""
+  return np.concatenate([[0], np.cumsum(inputs[:-1] == eos)]).astype(np.int32)
+
+
+def example(tokens: np.ndarray, hop: np.ndarray | None = None, eos: int | None = None) -> Example:
+  """Builds the model example of a window of seq_len + 1 tokens; with eos (document
+  masking) also the inputs' segment ids."""
   tokens = tokens.astype(np.int32)
   n = len(tokens) - 1
-  return {'inputs': tokens[:-1], 'targets': tokens[1:],
-          'weights': np.ones(n, np.float32),
-          'hop': np.zeros(n, np.int32) if hop is None else hop}
+  out = {'inputs': tokens[:-1], 'targets': tokens[1:],
+         'weights': np.ones(n, np.float32),
+         'hop': np.zeros(n, np.int32) if hop is None else hop}
+  if eos is not None:
+    out['segments'] = segments(out['inputs'], eos)
+  return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,6 +162,7 @@ class _Synthetic:
   length: int
   language: grammar.Grammar
   spec: khop.Spec
+  eos: int | None
 
   def record(self, split: str, index: int) -> Example:
     kind = self.kind
@@ -129,8 +170,18 @@ class _Synthetic:
       kind, index = ('grammar', 'khop')[index % 2], index // 2
     r = rng.make(self.seed, kind, split, index)
     if kind == 'grammar':
-      return example(grammar.tokens(self.language, r, self.length))
-    return example(*khop.tokens(self.spec, r, self.length))
+      return example(grammar.tokens(self.language, r, self.length), eos=self.eos)
+    return example(*khop.tokens(self.spec, r, self.length), eos=self.eos)
+
+
+@functools.lru_cache(maxsize=2)
+def _python_docs(tokenizer_spec: str, eval_fraction: float) -> tuple[np.ndarray, np.ndarray]:
+  """The (train, eval) token streams of python_docs, split by document hash (cached)."""
+  tok = tokenizer.load(tokenizer_spec)
+  split = {True: [], False: []}
+  for d in python_docs.documents():
+    split[documents.held_out(d, eval_fraction)].append(d)
+  return text.concat(split[False], tok), text.concat(split[True], tok)
 
 
 def _windows(windows: text.Windows | shards.Windows, source: str, split: str) -> int:
@@ -141,26 +192,36 @@ def _windows(windows: text.Windows | shards.Windows, source: str, split: str) ->
   return len(windows)
 
 
-def build(cfg: ConfigDict, seed: int) -> Source:
+def build(cfg: ConfigDict, seed: int, process_index: int = 0, process_count: int = 1) -> Source:
   """The records of `data.source`, drawn from seed.
 
   Synthetic records are sampled from (seed, split, index). A corpus's train
   record i is window order[i], where order visits every window once per epoch
   in a grain index shuffle of (seed, epoch); eval record i is window i (mod
-  the number of eval windows), in stream order.
+  the number of eval windows), in stream order. With array_record shards and
+  several processes, process p reads only its slice of the train files
+  (shards.process_files) and shuffles its own windows with (seed, p): a `local`
+  source. With data.document_mask every example has its segment ids.
   """
   check(cfg)
   kind, pattern = parse(cfg.source)
   length = cfg.seq_len + 1
+  eos = eos_id(cfg) if cfg.document_mask else None
   if kind in SYNTHETIC:
-    s = _Synthetic(kind, seed, length, grammar.make(cfg.grammar_seed), khop_spec(cfg))
+    s = _Synthetic(kind, seed, length, grammar.make(cfg.grammar_seed), khop_spec(cfg), eos)
     return Source(functools.partial(s.record, 'train'), functools.partial(s.record, 'eval'))
-  if kind == 'text':
-    train, held = text.corpus(pattern, cfg.tokenizer, cfg.eval_fraction)
+  local = kind == 'array_record' and process_count > 1
+  if kind in ('text', 'python_docs'):
+    train, held = (text.corpus(pattern, cfg.tokenizer, cfg.eval_fraction) if kind == 'text'
+                   else _python_docs(cfg.tokenizer, cfg.eval_fraction))
     train, held = text.Windows(train, length), text.Windows(held, length)
   else:
-    train = shards.Windows(pattern, length)
+    files = shards.process_files(pattern, process_index, process_count)
+    train = shards.Windows(pattern, length, files)
     held = shards.Windows(shards.eval_pattern(pattern), length)
+    if local:
+      seed = int(np.random.SeedSequence([seed, process_index]).generate_state(1)[0])
   order = grain.MapDataset.range(_windows(train, cfg.source, 'train')).shuffle(seed).repeat()
   num_held = _windows(held, cfg.source, 'eval')
-  return Source(lambda i: example(train[order[i]]), lambda i: example(held[i % num_held]))
+  return Source(lambda i: example(train[order[i]], eos=eos),
+                lambda i: example(held[i % num_held], eos=eos), local)

@@ -22,14 +22,22 @@ def expand(pattern: str) -> list[str]:
   return paths
 
 
+def concat(docs: list[bytes], tok: tokenizer_lib.Tokenizer) -> np.ndarray:
+  """One token stream of the documents, each followed by EOS."""
+  eos = np.asarray([tok.eos_id])
+  parts = [eos[:0]]
+  for ids in tok.encode_batch(docs):
+    parts += [ids, eos]
+  return np.concatenate(parts).astype(tokenizer_lib.token_dtype(tok.vocab_size))
+
+
 def stream(paths: list[str], tok: tokenizer_lib.Tokenizer) -> np.ndarray:
   """Concatenates the documents (one per file), each followed by EOS."""
-  eos = np.asarray([tok.eos_id])
-  parts = []
+  docs = []
   for path in paths:
     with open(path, 'rb') as f:
-      parts += [tok.encode(f.read()), eos]
-  return np.concatenate(parts).astype(tokenizer_lib.token_dtype(tok.vocab_size))
+      docs.append(f.read())
+  return concat(docs, tok)
 
 
 def split(tokens: np.ndarray, eval_fraction: float) -> tuple[np.ndarray, np.ndarray]:

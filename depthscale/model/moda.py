@@ -28,14 +28,18 @@ def init_carry(cfg, x_BxTxD) -> dict:
 
 
 def attention(q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, depth_k_LxBxTxKxE, depth_v_LxBxTxKxE,
-              num_valid, scale: float) -> jax.Array:
-  """Joint causal-sequence and depth attention; depth slots >= num_valid are masked out."""
+              num_valid, scale: float, segments_BxT=None) -> jax.Array:
+  """Joint causal-sequence and depth attention; depth slots >= num_valid are masked out;
+  with segments_BxT (document ids) no sequence key of another document is read (a depth
+  entry is the same token's, so always of its document)."""
   b, t, h, e = q_BxTxHxE.shape
   kv = k_BxTxKxE.shape[2]
   q_BxTxKxGxE = q_BxTxHxE.reshape(b, t, kv, h // kv, e).astype(jnp.float32)
   seq_BxKxGxTxS = jnp.einsum('bqkge,bske->bkgqs', q_BxTxKxGxE, k_BxTxKxE.astype(jnp.float32))
-  causal_TxS = jnp.tril(jnp.ones((t, t), bool))
-  seq_BxKxGxTxS = jnp.where(causal_TxS, seq_BxKxGxTxS * scale, -jnp.inf)
+  mask = jnp.tril(jnp.ones((t, t), bool))
+  if segments_BxT is not None:
+    mask = mask & (segments_BxT[:, None, None, :, None] == segments_BxT[:, None, None, None, :])
+  seq_BxKxGxTxS = jnp.where(mask, seq_BxKxGxTxS * scale, -jnp.inf)
   dep_BxKxGxTxL = jnp.einsum('btkge,lbtke->bkgtl', q_BxTxKxGxE,
                              depth_k_LxBxTxKxE.astype(jnp.float32)) * scale
   valid_L = jnp.arange(depth_k_LxBxTxKxE.shape[0]) < num_valid
@@ -55,10 +59,10 @@ class DepthStream:
     self.carry, self.slot = carry, layer['index'] - 1  # layer l reads slots 0..l-2
     self.own = None
 
-  def __call__(self, q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, scale: float) -> jax.Array:
+  def __call__(self, q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, scale: float, segments_BxT=None):
     self.own = (k_BxTxKxE, v_BxTxKxE)
     return attention(q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, self.carry['moda_k'], self.carry['moda_v'],
-                     self.slot, scale)
+                     self.slot, scale, segments_BxT)
 
   def update(self, carry: dict) -> dict:
     """The carry with this layer's keys and values appended to the depth stream."""

@@ -127,10 +127,19 @@ def compiler_options() -> dict | None:
 CPU_ATTENTION_BLOCK = 64
 
 
-def blocked_causal_attention(q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, scale: float, block: int):
+def document_mask(segment_ids_BxT, lo: int = 0, hi: int | None = None):
+  """Bx1x1xQxS (queries lo:hi, keys :hi): True where query and key share a segment id."""
+  q_BxQ = segment_ids_BxT[:, lo:hi]
+  k_BxS = segment_ids_BxT[:, :hi]
+  return (q_BxQ[:, :, None] == k_BxS[:, None, :])[:, None, None]
+
+
+def blocked_causal_attention(q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, scale: float, block: int,
+                             segment_ids_BxT=None):
   """Causal softmax attention by query blocks: block i attends to keys [0, (i+1) block), so
   the n (n - 1) / 2 block pairs above the diagonal (n = T / block; 6 of 16 at n = 4) are
-  skipped rather than masked. Grouped KV heads: H = G K."""
+  skipped rather than masked. Grouped KV heads: H = G K. With segment ids, a query sees
+  only keys of its own segment (document masking)."""
   b, t, h, e = q_BxTxHxE.shape
   kv = k_BxTxKxE.shape[2]
   q_BxTxKxGxE = q_BxTxHxE.reshape(b, t, kv, h // kv, e)
@@ -138,24 +147,30 @@ def blocked_causal_attention(q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, scale: float, bloc
   for lo in range(0, t, block):
     hi = lo + block
     s_BxKxGxQxS = jnp.einsum('bqkge,bske->bkgqs', q_BxTxKxGxE[:, lo:hi], k_BxTxKxE[:, :hi]) * scale
-    causal_QxS = jnp.arange(hi)[None, :] <= (lo + jnp.arange(block))[:, None]
-    s_BxKxGxQxS = jnp.where(causal_QxS, s_BxKxGxQxS, jnp.finfo(s_BxKxGxQxS.dtype).min)
+    keep = jnp.arange(hi)[None, :] <= (lo + jnp.arange(block))[:, None]
+    if segment_ids_BxT is not None:
+      keep = keep & document_mask(segment_ids_BxT, lo, hi)
+    s_BxKxGxQxS = jnp.where(keep, s_BxKxGxQxS, jnp.finfo(s_BxKxGxQxS.dtype).min)
     p_BxKxGxQxS = jax.nn.softmax(s_BxKxGxQxS, axis=-1)
     outs.append(jnp.einsum('bkgqs,bske->bqkge', p_BxKxGxQxS, v_BxTxKxE[:, :hi]))
   return jnp.concatenate(outs, axis=1).reshape(b, t, h, e)
 
 
-def attention(q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, scale: float | None = None):
+def attention(q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, scale: float | None = None, segment_ids=None):
   """Causal softmax attention, kernel chosen by backend: cuDNN's fused kernel on GPU (bf16
   or f16 inputs), query-blocked on CPU (1.5x XLA's full masked composition, forward and
-  backward, at T = 256), XLA's composition elsewhere."""
+  backward, at T = 256), XLA's composition elsewhere. segment_ids (BxT ints, or None):
+  document masking, no query attends to a key of another segment (XLA's composition with
+  the mask off the CPU path)."""
   t = q_BxTxHxE.shape[1]
   backend = jax.default_backend()
   if backend == 'cpu' and t > CPU_ATTENTION_BLOCK and t % CPU_ATTENTION_BLOCK == 0:
     scale = q_BxTxHxE.shape[-1] ** -0.5 if scale is None else scale
-    return blocked_causal_attention(q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, scale, CPU_ATTENTION_BLOCK)
+    return blocked_causal_attention(q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, scale, CPU_ATTENTION_BLOCK,
+                                    segment_ids)
   impl = None
-  if backend == 'gpu' and q_BxTxHxE.dtype in (jnp.bfloat16, jnp.float16):
+  if backend == 'gpu' and q_BxTxHxE.dtype in (jnp.bfloat16, jnp.float16) and segment_ids is None:
     impl = 'cudnn'
-  return jax.nn.dot_product_attention(q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, scale=scale,
+  mask = None if segment_ids is None else document_mask(segment_ids)[:, 0]
+  return jax.nn.dot_product_attention(q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, scale=scale, mask=mask,
                                       is_causal=True, implementation=impl)

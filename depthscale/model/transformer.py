@@ -65,9 +65,10 @@ class Attention(nn.Module):
   cfg: Any
 
   @nn.compact
-  def __call__(self, x_BxTxD, mix_values=None, index=None, depth=None):
+  def __call__(self, x_BxTxD, mix_values=None, index=None, segments_BxT=None, depth=None):
     """mix_values(v_BxTxKxE, x_BxTxD) -> v_BxTxKxE: the value-residual hook (or None);
-    depth(q, k, v, scale) -> o: MoDA's attention over the depth stream (or None)."""
+    segments_BxT: document ids, no attention across them (None: plain causal);
+    depth(q, k, v, scale, segments) -> o: MoDA's attention over the depth stream (or None)."""
     cfg = self.cfg
     dt = jnp.dtype(cfg.dtype)
     h, k = cfg.num_heads, cfg.num_kv_heads or cfg.num_heads
@@ -95,9 +96,9 @@ class Attention(nn.Module):
     if self.is_mutable_collection('analysis'):  # explicit probabilities: analysis path only
       self.sow('analysis', 'attn_entropy', attention_entropy(q_BxTxHxE, k_BxTxKxE, scale))
     if depth is None:
-      o_BxTxHxE = ops.attention(q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, scale)
+      o_BxTxHxE = ops.attention(q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, scale, segments_BxT)
     else:
-      o_BxTxHxE = depth(q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, scale)
+      o_BxTxHxE = depth(q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, scale, segments_BxT)
     o_BxTxHxE = inner_norms.heads(self, cfg, o_BxTxHxE)
     out_BxTxD = ops.matmul(o_BxTxHxE.reshape(b, t, h * e), wo.reshape(h * e, d).astype(dt))
     return inner_norms.attn_out(self, cfg, out_BxTxD)
@@ -155,7 +156,9 @@ class Block(nn.Module):
     idx = layer['index']
     make_sublayer = sublayer_factory(self, cfg, layer, carry)
     depth = moda.DepthStream(carry, layer) if cfg.moda else None
-    subs = [make_sublayer('attn', lambda y: attn(y, values, index=idx, depth=depth)),
+    segments = layer.get('segments')  # data.document_mask: per-token document ids
+    subs = [make_sublayer('attn', lambda y: attn(y, values, index=idx, segments_BxT=segments,
+                                                 depth=depth)),
             make_sublayer('mlp', lambda y: mlp(y, index=idx))]
 
     def scaled(s, h):  # the branch-multiplier hook (parametrizations, ProRes, LayerDrop)
@@ -293,14 +296,16 @@ class Transformer(nn.Module):
     """The one stream leaving the stack (e.g. HC's n streams read out), before the final norm."""
     return self.res_readout(carry) if residual.DESIGNS[self.cfg.residual].readout else carry['x']
 
-  def stack(self, x_BxTxD, layer_inputs: dict | None = None):
+  def stack(self, x_BxTxD, layer_inputs: dict | None = None, segments_BxT=None):
     """The scanned blocks: (stream leaving block L, per-layer stats). layer_inputs adds
-    step-dependent per-layer scan inputs (leading axis L, see depthscale.dynamics)."""
-    carry, stats = self.blocks(self.start(x_BxTxD), scan_inputs(self.cfg, layer_inputs))
+    step-dependent per-layer scan inputs (leading axis L, see depthscale.dynamics);
+    segments_BxT the document ids of document masking."""
+    carry, stats = self.blocks(self.start(x_BxTxD),
+                               scan_inputs(self.cfg, layer_inputs, segments_BxT))
     return self.finish(carry), stats
 
-  def __call__(self, tokens_BxT, layer_inputs: dict | None = None):
-    x_BxTxD, stats = self.stack(self.embed(tokens_BxT), layer_inputs)
+  def __call__(self, tokens_BxT, layer_inputs: dict | None = None, segments_BxT=None):
+    x_BxTxD, stats = self.stack(self.embed(tokens_BxT), layer_inputs, segments_BxT)
     return self.unembed(x_BxTxD), stats
 
 
@@ -312,9 +317,13 @@ def make_model(cfg, collect_stats: bool = False) -> Transformer:
   return Transformer(frozen, max_len=cfg.data.seq_len, collect_stats=collect_stats)
 
 
-def scan_inputs(cfg, layer_inputs: dict | None) -> dict:
-  """The static per-layer schedule plus the dynamic per-layer inputs (if any)."""
-  return {**layer_schedule(cfg), **(layer_inputs or {})}
+def scan_inputs(cfg, layer_inputs: dict | None, segments_BxT=None) -> dict:
+  """The static per-layer schedule plus the dynamic per-layer inputs (if any) and the
+  document ids (broadcast to every layer) of document masking."""
+  inputs = {**layer_schedule(cfg), **(layer_inputs or {})}
+  if segments_BxT is not None:
+    inputs['segments'] = jnp.broadcast_to(segments_BxT, (cfg.num_layers,) + segments_BxT.shape)
+  return inputs
 
 
 def apply_unrolled(model: Transformer, params, tokens_BxT, layer_inputs: dict | None = None):

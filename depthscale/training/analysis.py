@@ -37,8 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from depthscale.model import ops, residual
-from depthscale.model.placements import layer_schedule
-from depthscale.model.transformer import Block, Transformer
+from depthscale.model.transformer import Block, Transformer, scan_inputs
 from depthscale.training.steps import weighted_loss
 
 KL_THRESHOLD = 0.5  # tau of ED_KL (the "What affects" table uses 0.5)
@@ -85,7 +84,6 @@ def make_analysis_fn(model: Transformer) -> Callable[[Any, dict, jax.Array], dic
   """(params, batch, key) -> per-layer analyses (length-L arrays), jittable as one function."""
   cfg = model.cfg
   block, stat_block = Block(cfg), Block(cfg, collect_stats=True)
-  schedule = layer_schedule(cfg)
   view = residual.DESIGNS[cfg.residual].view  # the one stream of a residual design's carry
 
   def run_block(p_l, carry, layer):
@@ -109,7 +107,7 @@ def make_analysis_fn(model: Transformer) -> Callable[[Any, dict, jax.Array], dic
   def apply(params, *args, method):
     return model.apply({'params': params}, *args, method=method)
 
-  def skipped_loss(params, carry0, batch, skip):
+  def skipped_loss(params, carry0, batch, schedule, skip):
     """Loss with block `skip` (0-based) replaced by the identity."""
     def body(carry, xs):
       p_l, layer, l = xs
@@ -121,6 +119,7 @@ def make_analysis_fn(model: Transformer) -> Callable[[Any, dict, jax.Array], dic
     return weighted_loss(logits, batch)
 
   def analyse(params, batch, key) -> dict:
+    schedule = scan_inputs(cfg, None, batch.get('segments'))  # + document ids when masking
     carry0 = apply(params, apply(params, batch['inputs'], method=Transformer.embed),
                    method=Transformer.start)
     keys = jax.random.split(key, cfg.num_layers)
@@ -133,7 +132,8 @@ def make_analysis_fn(model: Transformer) -> Callable[[Any, dict, jax.Array], dic
     log_p_final = jax.nn.log_softmax(final_logits, axis=-1)
     kl, top5 = jax.lax.map(lambda h: logit_lens(log_softmax(h), log_p_final), h_LxBxTxD)
     base = weighted_loss(final_logits, batch)
-    skip = jax.lax.map(lambda s: skipped_loss(params, carry0, batch, s), jnp.arange(cfg.num_layers))
+    skip = jax.lax.map(lambda s: skipped_loss(params, carry0, batch, schedule, s),
+                       jnp.arange(cfg.num_layers))
     acts = h_LxBxTxD.reshape(cfg.num_layers, -1, h_LxBxTxD.shape[-1]).astype(jnp.float32)
     mats = [erank(as_matrix(w, cfg.d_model)) for w in jax.tree.leaves(params['blocks']) if w.ndim >= 3]
     return {**per,

@@ -19,10 +19,12 @@ GIB = float(1 << 30)
 
 
 def abstract_batch(cfg, plan: sharding.Plan) -> dict:
-  """Shapes of one global training batch (the fields the train step reads)."""
+  """Shapes of one global training batch (the fields the train step reads; with
+  data.document_mask also the segment ids)."""
   shape = (cfg.data.batch_size, cfg.data.seq_len)
-  return {k: jax.ShapeDtypeStruct(shape, dt, sharding=plan.batch)
-          for k, dt in (('inputs', jnp.int32), ('targets', jnp.int32), ('weights', jnp.float32))}
+  fields = [('inputs', jnp.int32), ('targets', jnp.int32), ('weights', jnp.float32)]
+  fields += [('segments', jnp.int32)] if cfg.data.document_mask else []
+  return {k: jax.ShapeDtypeStruct(shape, dt, sharding=plan.batch) for k, dt in fields}
 
 
 def check_rung(cfg) -> tuple[dict[str, Any], list[str]]:

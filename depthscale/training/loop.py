@@ -164,9 +164,15 @@ class _Run:
     self.cfg, self.workdir, self.name = cfg, workdir, name
     self.lead = jax.process_index() == 0
     os.makedirs(workdir, exist_ok=True)
+    self.data_info = data.data_info(cfg.data)
     if self.lead:
       with open(os.path.join(workdir, 'config.json'), 'w') as f:
         f.write(cfg.to_json_best_effort(indent=2))
+      with open(os.path.join(workdir, 'data_info.json'), 'w') as f:
+        json.dump(self.data_info, f, indent=2)
+    if 'sha256' in self.data_info:
+      print(f'{name} data {self.data_info["corpus"]}: {self.data_info["bytes"]:,} bytes, '
+            f'sha256 {self.data_info["sha256"]}', flush=True)
     t = cfg.train
     model, stats_model = make_model(cfg), make_model(cfg, collect_stats=True)
     tx = make_optimizer(cfg)
@@ -316,6 +322,7 @@ class _Run:
         'params': self.params, 'non_embedding_params': self.non_embedding_params,
         'tokens': cfg.train.steps * self.tokens_per_step, 'steps': cfg.train.steps,
         'compile_s': self.compile_s,
+        **({'data_sha256': self.data_info['sha256']} if 'sha256' in self.data_info else {}),
         'tokens_per_sec': c['tokens'] / c['seconds'] if c['seconds'] else float('nan'),
         **{k.replace('eval/', 'final_eval_'): v for k, v in self.eval_scalars.items()
            if 'acc_hop' in k},

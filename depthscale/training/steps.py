@@ -49,10 +49,10 @@ def model_loss(model: nn.Module, cfg, params, batch, step, rng, train: bool = Tr
                                                           train)
   early = cfg is not None and train and cfg.train.early_exit_scale > 0
   if not (model.collect_stats or early):
-    logits, _ = model.apply({'params': params}, batch['inputs'], inputs)
+    logits, _ = model.apply({'params': params}, batch['inputs'], inputs, batch.get('segments'))
     return weighted_loss(logits, batch), {}
   (logits, stats), sown = model.apply({'params': params}, batch['inputs'], inputs,
-                                      mutable=['intermediates'])
+                                      batch.get('segments'), mutable=['intermediates'])
   sown = sown.get('intermediates', {})
   loss = weighted_loss(logits, batch)
   if early:
@@ -119,7 +119,7 @@ def make_eval_step(model: nn.Module, hops: list[int], cfg=None) -> Callable:
   def step(params, batch, t=None) -> dict:
     inputs = None if cfg is None or t is None else dynamics.layer_inputs(
         cfg, t, jax.random.PRNGKey(0), batch['inputs'].shape[0], False)
-    logits, _ = model.apply({'params': params}, batch['inputs'], inputs)
+    logits, _ = model.apply({'params': params}, batch['inputs'], inputs, batch.get('segments'))
     ce = optax.softmax_cross_entropy_with_integer_labels(logits, batch['targets'])
     correct = jnp.argmax(logits, -1) == batch['targets']
     at_hop = [batch['hop'] == k for k in hops]
