@@ -20,12 +20,13 @@ import platform
 import sysconfig
 import warnings
 
+from pydoc_data import topics
+
 _DEFS = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
 _SKIP_DIRS = {'site-packages', 'dist-packages', 'test', 'tests', 'idlelib', '__pycache__'}
 
 
 def _topics() -> list[str]:
-  from pydoc_data import topics  # pylint: disable=import-outside-toplevel
   return [topics.topics[k] for k in sorted(topics.topics)]
 
 

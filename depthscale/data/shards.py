@@ -13,8 +13,6 @@ from __future__ import annotations
 import json
 import os
 
-import numpy as np
-
 from depthscale.data import text
 from depthscale.errors import ConfigError
 
@@ -50,24 +48,3 @@ def process_files(pattern: str, process_index: int, process_count: int) -> list[
                       f'process_count={process_count} train files (each process reads its '
                       f'own; re-run prepare with a smaller --shard_chunks)')
   return files[process_index::process_count]
-
-
-class Windows:
-  """Windows of `length` tokens cut from every fixed-length chunk record of the files
-  (default: all files matching pattern)."""
-
-  def __init__(self, pattern: str, length: int, files: list[str] | None = None):
-    import grain  # pylint: disable=import-outside-toplevel
-    meta = read_meta(pattern)
-    self._source = grain.sources.ArrayRecordDataSource(files or text.expand(pattern))
-    self._dtype = np.dtype(meta['dtype'])
-    self._length = length
-    self._per_chunk = meta['chunk_tokens'] // length
-
-  def __len__(self) -> int:
-    return len(self._source) * self._per_chunk
-
-  def __getitem__(self, i: int) -> np.ndarray:
-    chunk, w = divmod(i, self._per_chunk)
-    tokens = np.frombuffer(self._source[chunk], self._dtype)
-    return tokens[w * self._length:(w + 1) * self._length]

@@ -184,7 +184,27 @@ def _python_docs(tokenizer_spec: str, eval_fraction: float) -> tuple[np.ndarray,
   return text.concat(split[False], tok), text.concat(split[True], tok)
 
 
-def _windows(windows: text.Windows | shards.Windows, source: str, split: str) -> int:
+class ShardWindows:
+  """Windows of `length` tokens cut from every fixed-length chunk record of the files
+  (default: all files matching pattern)."""
+
+  def __init__(self, pattern: str, length: int, files: list[str] | None = None):
+    meta = shards.read_meta(pattern)
+    self._source = grain.sources.ArrayRecordDataSource(files or text.expand(pattern))
+    self._dtype = np.dtype(meta['dtype'])
+    self._length = length
+    self._per_chunk = meta['chunk_tokens'] // length
+
+  def __len__(self) -> int:
+    return len(self._source) * self._per_chunk
+
+  def __getitem__(self, i: int) -> np.ndarray:
+    chunk, w = divmod(i, self._per_chunk)
+    tokens = np.frombuffer(self._source[chunk], self._dtype)
+    return tokens[w * self._length:(w + 1) * self._length]
+
+
+def _windows(windows: text.Windows | ShardWindows, source: str, split: str) -> int:
   """The number of windows; raises if there are none."""
   if not len(windows):
     raise _invalid('data.source', source, f'a corpus whose {split} split holds at '
@@ -217,8 +237,8 @@ def build(cfg: ConfigDict, seed: int, process_index: int = 0, process_count: int
     train, held = text.Windows(train, length), text.Windows(held, length)
   else:
     files = shards.process_files(pattern, process_index, process_count)
-    train = shards.Windows(pattern, length, files)
-    held = shards.Windows(shards.eval_pattern(pattern), length)
+    train = ShardWindows(pattern, length, files)
+    held = ShardWindows(shards.eval_pattern(pattern), length)
     if local:
       seed = int(np.random.SeedSequence([seed, process_index]).generate_state(1)[0])
   order = grain.MapDataset.range(_windows(train, cfg.source, 'train')).shuffle(seed).repeat()
