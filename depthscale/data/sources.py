@@ -133,12 +133,35 @@ class _Synthetic:
     return example(*khop.tokens(self.spec, r, self.length))
 
 
-def _windows(windows: text.Windows | shards.Windows, source: str, split: str) -> int:
-  """The number of windows; raises if there are none."""
+def _require_windows(windows: text.Windows | shards.Windows, source: str, split: str) -> None:
+  """Raises if a split holds no window."""
   if not len(windows):
     raise _invalid('data.source', source, f'a corpus whose {split} split holds at '
                    'least one window of seq_len + 1 tokens (see data.eval_fraction)')
-  return len(windows)
+
+
+def _corpus_windows(cfg: ConfigDict) -> tuple[text.Windows | shards.Windows, ...]:
+  """The (train, eval) windows of a corpus source; raises if a split holds none."""
+  kind, pattern = parse(cfg.source)
+  length = cfg.seq_len + 1
+  if kind == 'text':
+    train, held = text.corpus(pattern, cfg.tokenizer, cfg.eval_fraction)
+    train, held = text.Windows(train, length), text.Windows(held, length)
+  else:
+    train = shards.Windows(pattern, length)
+    held = shards.Windows(shards.eval_pattern(pattern), length)
+  _require_windows(train, cfg.source, 'train')
+  _require_windows(held, cfg.source, 'eval')
+  return train, held
+
+
+def measure(cfg: ConfigDict) -> dict[str, int]:
+  """Windows of seq_len + 1 tokens per split of a corpus source ({} for synthetic ones,
+  which are unbounded); opens and reads the corpus, raises ConfigError if a split has none."""
+  check(cfg)
+  if parse(cfg.source)[0] in SYNTHETIC:
+    return {}
+  return dict(zip(('train', 'eval'), map(len, _corpus_windows(cfg))))
 
 
 def build(cfg: ConfigDict, seed: int) -> Source:
@@ -151,16 +174,10 @@ def build(cfg: ConfigDict, seed: int) -> Source:
   """
   check(cfg)
   kind, pattern = parse(cfg.source)
-  length = cfg.seq_len + 1
   if kind in SYNTHETIC:
-    s = _Synthetic(kind, seed, length, grammar.make(cfg.grammar_seed), khop_spec(cfg))
+    s = _Synthetic(kind, seed, cfg.seq_len + 1, grammar.make(cfg.grammar_seed), khop_spec(cfg))
     return Source(functools.partial(s.record, 'train'), functools.partial(s.record, 'eval'))
-  if kind == 'text':
-    train, held = text.corpus(pattern, cfg.tokenizer, cfg.eval_fraction)
-    train, held = text.Windows(train, length), text.Windows(held, length)
-  else:
-    train = shards.Windows(pattern, length)
-    held = shards.Windows(shards.eval_pattern(pattern), length)
-  order = grain.MapDataset.range(_windows(train, cfg.source, 'train')).shuffle(seed).repeat()
-  num_held = _windows(held, cfg.source, 'eval')
+  train, held = _corpus_windows(cfg)
+  order = grain.MapDataset.range(len(train)).shuffle(seed).repeat()
+  num_held = len(held)
   return Source(lambda i: example(train[order[i]]), lambda i: example(held[i % num_held]))
