@@ -8,6 +8,9 @@ import json
 import math
 import os
 import shutil
+import subprocess
+import sys
+import textwrap
 
 import jax
 import numpy as np
@@ -261,3 +264,39 @@ def test_jsonl_drops_a_line_torn_by_a_kill(tmp_path):
   path.write_text('{"step": 0}\n{"step": 1}')  # complete but unterminated: kept
   Jsonl(str(path), 1).write({'step': 1})
   assert read_jsonl(path) == [{'step': 0}, {'step': 1}]
+
+
+EXPERIMENT = """
+from tests.helpers import tiny_config
+
+
+def get_config(arg=None):
+  return tiny_config(**{'optim.lr': 1e38, 'optim.clip_norm': 0.0, 'optim.warmup_steps': 0,
+                        'optim.schedule': 'constant', 'train.steps': 20,
+                        'train.checkpoint_every': 100})
+"""
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _cli(tmp_path, *args):
+  path = tmp_path / 'diverging.py'
+  path.write_text(textwrap.dedent(EXPERIMENT))
+  return subprocess.run([sys.executable, '-m', 'depthscale.main', f'--config={path}',
+                         f'--workdir={tmp_path / "runs"}', *args], capture_output=True, text=True,
+                        timeout=600, cwd=ROOT, check=False)
+
+
+def test_cli_non_finite_loss_exits_3_in_one_line(tmp_path):
+  res = _cli(tmp_path)
+  assert res.returncode == 3, res.stderr[-2000:]
+  lines = [l for l in res.stderr.splitlines() if l.strip()]
+  assert len(lines) == 1 and 'Traceback' not in res.stderr, lines
+  assert lines[0].startswith('error: non-finite loss or gradient at step ')
+  assert 'no checkpoint was saved before it' in lines[0]
+
+
+def test_cli_verbose_shows_the_traceback(tmp_path):
+  res = _cli(tmp_path, '--config.mesh.data=3', '--verbose')
+  assert res.returncode == 2 and 'Traceback' in res.stderr
+  assert res.stderr.splitlines()[-1].startswith('error: mesh.data=3')
+  assert not (tmp_path / 'runs').exists()

@@ -18,6 +18,7 @@ import math
 import os
 from typing import Sequence
 
+from depthscale import atomic
 from depthscale.data import shards
 from depthscale.data import text
 from depthscale.data import tokenizer as tokenizer_lib
@@ -56,8 +57,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
       path = os.path.join(args.output, f'{name}-{i:05d}-of-{num_shards:05d}.array_record')
       shards.write(path, chunks[i * args.shard_chunks:(i + 1) * args.shard_chunks])
     meta[f'{name}_chunks'] = n
-  with open(os.path.join(args.output, shards.META), 'w') as f:
-    json.dump(meta, f, indent=2)
+  atomic.write_json(os.path.join(args.output, shards.META), meta, indent=2)  # read by every run
   print(json.dumps(meta))
   return meta
 

@@ -3,7 +3,9 @@ iterator state, keeping the last k; restore falls back past unreadable ones."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 import sys
 
@@ -28,8 +30,9 @@ class Checkpointer:
     self.directory = os.path.abspath(directory)
     options = ocp.CheckpointManagerOptions(max_to_keep=keep, enable_async_checkpointing=True,
                                            create=True)
-    self._mngr = ocp.CheckpointManager(self.directory, options=options,
-                                       item_names=('state', 'data'))
+    with _quiet_absl():  # it reads every step's metadata; restore_latest reports damage
+      self._mngr = ocp.CheckpointManager(self.directory, options=options,
+                                         item_names=('state', 'data'))
 
   def latest_step(self) -> int | None:
     return self._mngr.latest_step()
@@ -58,7 +61,8 @@ class Checkpointer:
     failed: list[tuple[int, str]] = []
     for step in sorted(self._mngr.all_steps(), reverse=True):
       try:
-        state, data_state = self.restore(step, abstract_state)
+        with _quiet_absl():
+          state, data_state = self.restore(step, abstract_state)
         reason = None
       except Exception as e:  # orbax and tensorstore raise many types for damaged files
         reason = _reason(e)
@@ -100,6 +104,18 @@ class Checkpointer:
   def close(self) -> None:
     self._mngr.wait_until_finished()
     self._mngr.close()
+
+
+@contextlib.contextmanager
+def _quiet_absl():
+  """Silences orbax's absl log lines about damaged files (the caller reports in one line)."""
+  logger = logging.getLogger('absl')
+  level = logger.level
+  logger.setLevel(logging.CRITICAL)
+  try:
+    yield
+  finally:
+    logger.setLevel(level)
 
 
 def _reason(e: BaseException) -> str:
