@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import random
 import shutil
@@ -124,6 +125,7 @@ def main() -> None:
   p.add_argument('--seed', type=int, default=0)
   p.add_argument('--workdir', default=None, help='default: a fresh temporary directory')
   args = p.parse_args()
+  logging.getLogger('tensorboard').setLevel(logging.ERROR)  # its line per purge on resume
   os.environ.setdefault('JAX_COMPILATION_CACHE_DIR',
                         os.path.join(tempfile.gettempdir(), 'depthscale-kill-trials-jax-cache'))
   os.chdir(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
