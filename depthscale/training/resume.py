@@ -85,8 +85,9 @@ def write_config(cfg, workdir: str, changes: dict[str, tuple], step: int) -> Non
     record = {'step': step, 'time': datetime.datetime.now(datetime.timezone.utc).isoformat(),
               'changes': {k: list(v) for k, v in changes.items()},
               'refused_fields_allowed': [k for k, v in changes.items() if not is_free(k, *v)]}
-    with open(os.path.join(workdir, HISTORY), 'a') as f:
-      f.write(json.dumps(record) + '\n')
+    path = os.path.join(workdir, HISTORY)
+    kept = read_jsonl(path) if os.path.exists(path) else []
+    atomic.write_text(path, ''.join(json.dumps(r) + '\n' for r in kept + [record]))
   atomic.write_text(os.path.join(workdir, CONFIG), cfg.to_json_best_effort(indent=2))
 
 
