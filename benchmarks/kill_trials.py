@@ -1,7 +1,7 @@
 """kill -9 at random points, then the same command: is the finished rung bitwise the
 uninterrupted one?
 
-  python benchmarks/kill_trials.py --trials 10 --workdir /tmp/kill_trials
+  python benchmarks/kill_trials.py --trials 10 --workdir runs/kill_trials
 
 A tiny quickstart rung (d_model 32, logging every step) runs once uninterrupted, then
 --trials times with 1..--max_kills SIGKILLs, each at a random step after the first
@@ -29,10 +29,11 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # pylint: disable=wrong-import-position
+# pylint: disable=wrong-import-position
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from depthscale.results.loader import tensorboard_duplicates  # pylint: disable=wrong-import-position
-from depthscale.training.writers import read_jsonl  # pylint: disable=wrong-import-position
+from depthscale.results.loader import tensorboard_duplicates
+from depthscale.training.writers import read_jsonl
 
 RUNG = 'pre_ln_L2'
 LOGS = ('train_log.jsonl', 'eval_log.jsonl', 'layer_metrics.jsonl', 'analysis_log.jsonl')
@@ -142,8 +143,8 @@ def main() -> None:
     cmd, rung_dir = command(workdir, args.steps, args.checkpoint_every), os.path.join(workdir, RUNG)
     landed = []
     for _ in range(rng.randint(1, args.max_kills)):
-      target = rng.randint(max(args.checkpoint_every, _lines(os.path.join(rung_dir, 'train_log.jsonl'))),
-                           args.steps)
+      logged = _lines(os.path.join(rung_dir, 'train_log.jsonl'))
+      target = rng.randint(max(args.checkpoint_every, logged), args.steps)
       where = launch_and_kill(cmd, rung_dir, target, rng.uniform(0, args.max_delay))
       if where is None:
         break

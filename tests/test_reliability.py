@@ -167,7 +167,8 @@ def test_no_readable_checkpoint_fails_in_one_line_and_moves_nothing(killed, tmp_
   _damage(str(ckpts / '4'), 'truncated_files')
   _damage(str(ckpts / '2'), 'corrupt_metadata')
   ckpt = Checkpointer(str(ckpts), 2)
-  with pytest.raises(UnreadableCheckpoints, match=r'no readable checkpoint \(step 4: .*; step 2: ') as e:
+  with pytest.raises(UnreadableCheckpoints,
+                     match=r'no readable checkpoint \(step 4: .*; step 2: ') as e:
     ckpt.restore_latest(_abstract_state())
   ckpt.close()
   assert isinstance(e.value, ConfigError) and '\n' not in str(e.value)
@@ -190,7 +191,8 @@ def test_resume_refuses_a_config_that_changes_the_function(tmp_path, capfd):
                        '--allow_config_change') as e:
       resume.check_config(_config(**{field: value}), workdir)
     assert '\n' not in str(e.value)
-  with pytest.raises(ConfigError, match=r'^model.d_model, optim.b1 changed .*model.d_model 32 -> 64'):
+  with pytest.raises(ConfigError,
+                     match=r'^model.d_model, optim.b1 changed .*model.d_model 32 -> 64'):
     resume.check_config(_config(**{'model.d_model': 64, 'optim.b1': 0.8}), workdir)
   with pytest.raises(ConfigError, match=r'train.steps=3 is invalid: allowed >= 4'):
     resume.check_config(_config(**{'train.steps': 3}), workdir)

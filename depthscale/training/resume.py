@@ -55,7 +55,8 @@ def check_config(cfg, workdir: str, allow_config_change: bool = False) -> dict[s
   a one-line warning listing the allowed ones. Writes nothing."""
   path = os.path.join(workdir, CONFIG)
   steps = checkpoint_steps(workdir)
-  if not os.path.exists(path) or not (steps or os.path.exists(os.path.join(workdir, 'summary.json'))):
+  finished = os.path.exists(os.path.join(workdir, 'summary.json'))
+  if not os.path.exists(path) or not (steps or finished):
     return {}
   with open(path) as f:
     changes = diff(json.load(f), json.loads(cfg.to_json_best_effort()))
@@ -111,7 +112,8 @@ def logged_tokens_per_sec(workdir: str, tokens_per_step: int) -> float:
   which holds the first step's dispatch, left out), for runs that timed no interval."""
   path = os.path.join(workdir, 'train_log.jsonl')
   records = read_jsonl(path) if os.path.exists(path) else []
-  pairs = [(b['step'] - a['step'], b.get('perf/step_ms', 0.0)) for a, b in zip(records, records[1:])]
+  pairs = [(b['step'] - a['step'], b.get('perf/step_ms', 0.0))
+           for a, b in zip(records, records[1:])]
   pairs = [(n, ms) for n, ms in pairs if n > 0 and ms > 0]
   seconds = sum(n * ms / 1e3 for n, ms in pairs)
   return sum(n for n, _ in pairs) * tokens_per_step / seconds if seconds else float('nan')

@@ -198,8 +198,9 @@ def batch_spec(batch_size: int, mesh: Mesh, rules: Rules) -> PartitionSpec:
   spec = spec_for((batch_size,), ('batch',), mesh, rules)
   wanted = math.prod(mesh.shape[a] for a in dict(rules)['batch'])
   if _shards(spec, mesh) != wanted:
+    axes = '*'.join(dict(rules)['batch'])
     raise ConfigError(f'data.batch_size={batch_size} is invalid: allowed a multiple of {wanted} '
-                      f'(the mesh axes {"*".join(dict(rules)["batch"])} that mesh.rules.batch names)')
+                      f'(the mesh axes {axes} that mesh.rules.batch names)')
   return spec
 
 
