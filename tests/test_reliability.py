@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from depthscale import atomic
+from depthscale import atomic, data
 from depthscale.errors import ConfigError
 from depthscale.model.transformer import make_model
 from depthscale.results.loader import tensorboard_duplicates
@@ -235,6 +235,15 @@ def test_too_small_corpus_fails_before_anything_is_written(tmp_path, source):
   with pytest.raises(ConfigError, match=r'^data.source') as e:
     train_rung(cfg, str(tmp_path / 'rung'))
   assert '\n' not in str(e.value) and not (tmp_path / 'rung').exists()
+
+
+def test_a_corpus_is_measured_in_windows_per_split(tmp_path):
+  (tmp_path / 'corpus.txt').write_bytes(bytes(range(32, 127)) * 21)  # 1995 bytes
+  cfg = _config(**{'data.source': f'text:{tmp_path / "corpus.txt"}'})
+  tokens = 1995 + 1  # the byte tokenizer: one token per byte, then EOS
+  held = round(tokens * cfg.data.eval_fraction)
+  window = cfg.data.seq_len + 1
+  assert data.measure(cfg.data) == {'train': (tokens - held) // window, 'eval': held // window}
 
 
 def test_mesh_larger_than_the_devices_fails_before_anything_is_written(tmp_path):
