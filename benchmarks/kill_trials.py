@@ -40,7 +40,7 @@ LOGS = ('train_log.jsonl', 'eval_log.jsonl', 'layer_metrics.jsonl', 'analysis_lo
 TIMING = ('compile_s', 'tokens_per_sec')
 
 
-def command(workdir: str, steps: int, checkpoint_every: int) -> list[str]:
+def command(workdir: str, steps: int, checkpoint_every: int, images: bool) -> list[str]:
   """The one command every launch of a trial repeats."""
   return [sys.executable, '-m', 'depthscale.main', '--config=experiments/quickstart.py',
           f'--workdir={workdir}', f'--rung={RUNG}', '--config.model.d_model=32',
@@ -49,7 +49,7 @@ def command(workdir: str, steps: int, checkpoint_every: int) -> list[str]:
           '--config.train.log_every=1', f'--config.train.eval_every={checkpoint_every * 2}',
           f'--config.train.checkpoint_every={checkpoint_every}',
           f'--config.metrics.analysis_every={checkpoint_every * 3}',
-          '--config.metrics.images=False', '--config.optim.warmup_steps=5']
+          f'--config.metrics.images={images}', '--config.optim.warmup_steps=5']
 
 
 def _lines(path: str) -> int:
@@ -60,12 +60,16 @@ def _lines(path: str) -> int:
     return 0
 
 
-def launch_and_kill(cmd: list[str], rung_dir: str, target: int, delay: float) -> str | None:
-  """Runs cmd until the train log holds `target` steps, waits `delay` s and kills -9;
-  returns where the kill landed, or None if the run finished first."""
+def launch_and_kill(cmd: list[str], rung_dir: str, target: int, delay: float,
+                    final: int | None = None) -> str | None:
+  """Runs cmd until the train log holds `target` steps (or, with `final`, until the
+  checkpoint of that step is complete), waits `delay` s and kills -9; returns where the
+  kill landed, or None if the run finished first."""
   proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
   log = os.path.join(rung_dir, 'train_log.jsonl')
-  while proc.poll() is None and _lines(log) < target:
+  reached = ((lambda: os.path.isdir(os.path.join(rung_dir, 'checkpoints', str(final))))
+             if final else (lambda: _lines(log) >= target))
+  while proc.poll() is None and not reached():
     time.sleep(0.02)
   time.sleep(delay)
   if proc.poll() is not None:
@@ -124,6 +128,9 @@ def main() -> None:
   p.add_argument('--checkpoint_every', type=int, default=10)
   p.add_argument('--max_delay', type=float, default=1.0, help='seconds after the target step')
   p.add_argument('--seed', type=int, default=0)
+  p.add_argument('--final_window', action='store_true',
+                 help='kill once the final checkpoint is complete, before summary.json (the '
+                      'rung renders TensorBoard images there, which keeps the window open)')
   p.add_argument('--workdir', default=None, help='default: a fresh temporary directory')
   args = p.parse_args()
   logging.getLogger('tensorboard').setLevel(logging.ERROR)  # its line per purge on resume
@@ -134,18 +141,20 @@ def main() -> None:
   shutil.rmtree(root, ignore_errors=True)
   t0 = time.perf_counter()
   ref = os.path.join(root, 'reference')
-  run_to_end(command(ref, args.steps, args.checkpoint_every))
+  run_to_end(command(ref, args.steps, args.checkpoint_every, args.final_window))
   print(f'uninterrupted run: {time.perf_counter() - t0:.0f} s', flush=True)
   rng = random.Random(args.seed)
   bitwise = kills = duplicates = 0
   for trial in range(args.trials):
     workdir = os.path.join(root, f'trial{trial}')
-    cmd, rung_dir = command(workdir, args.steps, args.checkpoint_every), os.path.join(workdir, RUNG)
+    cmd = command(workdir, args.steps, args.checkpoint_every, args.final_window)
+    rung_dir = os.path.join(workdir, RUNG)
     landed = []
     for _ in range(rng.randint(1, args.max_kills)):
       logged = _lines(os.path.join(rung_dir, 'train_log.jsonl'))
       target = rng.randint(max(args.checkpoint_every, logged), args.steps)
-      where = launch_and_kill(cmd, rung_dir, target, rng.uniform(0, args.max_delay))
+      where = launch_and_kill(cmd, rung_dir, target, rng.uniform(0, args.max_delay),
+                              args.steps if args.final_window else None)
       if where is None:
         break
       landed.append(where)
