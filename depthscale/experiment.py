@@ -14,6 +14,7 @@ from depthscale.config import default_config
 from depthscale.ladder import Rung
 from depthscale.results.report import rung_row, table
 from depthscale.training.loop import train_rung
+from depthscale.training.preflight import check_inputs
 
 
 def small_config():
@@ -112,7 +113,8 @@ def select(rungs: list[Rung], rung: str | None) -> list[Rung]:
 def resolve(config_arg: str, overrides: dict[str, Any] | None = None,
             rung: str | None = None) -> list[tuple[Rung, Any]]:
   """(rung, validated config) pairs: get_config(arg), then the rung's overrides, then
-  `overrides` (the command line's) last. Raises ConfigError before anything is written."""
+  `overrides` (the command line's) last; checks the data sources and the mesh against this
+  machine too. Raises ConfigError before anything is written."""
   path, arg = split_arg(config_arg)
   module = load_module(path)
   out = []
@@ -122,14 +124,17 @@ def resolve(config_arg: str, overrides: dict[str, Any] | None = None,
     apply_overrides(cfg, r.overrides, f'rung {r.name}')
     apply_overrides(cfg, overrides or {}, 'command line')
     config_lib.validate(cfg)
+    check_inputs(cfg)
     out.append((r, cfg))
   return out
 
 
 def run_ladder(config_arg: str, workdir: str, overrides: dict[str, Any] | None = None,
-               rung: str | None = None) -> list[dict]:
+               rung: str | None = None, allow_config_change: bool = False) -> list[dict]:
   """Trains every selected rung in workdir/<rung name>/ (resuming or skipping finished
-  ones) and returns the table rows; prints the comparison table at the end."""
+  ones) and returns the table rows; prints the comparison table at the end.
+  allow_config_change: resume rungs whose config changed in fields that change the
+  computed function or the data order (see depthscale.training.resume)."""
   resolved = resolve(config_arg, overrides, rung)
   for r, cfg in resolved:
     if r.info:
@@ -137,7 +142,8 @@ def run_ladder(config_arg: str, workdir: str, overrides: dict[str, Any] | None =
                                            for k, v in r.info.items()), flush=True)
   rows = []
   for r, cfg in resolved:
-    summary = train_rung(cfg, os.path.join(workdir, r.name), name=r.name)
+    summary = train_rung(cfg, os.path.join(workdir, r.name), name=r.name,
+                         allow_config_change=allow_config_change)
     if 'status' in summary:  # preempted: stop the ladder here
       return rows
     rows.append(rung_row(r.name, cfg, summary))

@@ -1,10 +1,15 @@
 """Command line: python -m depthscale.main --config=experiments/FILE.py[:ARG] --workdir=DIR
-[--config.SECTION.FIELD=VALUE ...] [--rung=NAME_OR_INDEX] [--dry_run]
-[--coordinator_address=HOST:PORT --num_processes=N --process_id=I | --multi_host]."""
+[--config.SECTION.FIELD=VALUE ...] [--rung=NAME_OR_INDEX] [--dry_run] [--allow_config_change]
+[--verbose] [--coordinator_address=HOST:PORT --num_processes=N --process_id=I | --multi_host].
+
+Exit codes: 0 finished (or preempted by SIGTERM after a checkpoint), 2 bad input (one line
+naming the field; nothing written), 3 non-finite loss or gradient (one line naming the step,
+the first non-finite block and the last good checkpoint)."""
 
 from __future__ import annotations
 
 import sys
+import traceback
 
 from absl import app, flags, logging
 from ml_collections import config_flags
@@ -12,6 +17,7 @@ from ml_collections import config_flags
 from depthscale.errors import ConfigError
 from depthscale.experiment import run_ladder
 from depthscale.training import distributed, dryrun
+from depthscale.training.loop import NonFiniteError
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'Experiment file[:arg].', lock_config=True)
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Ladder directory; rung r lives in WORKDIR/r/.')
@@ -22,14 +28,22 @@ _COORDINATOR = flags.DEFINE_string('coordinator_address', None, 'Multi-process: 
                                    'process 0 (with --num_processes and --process_id).')
 _NUM_PROCESSES = flags.DEFINE_integer('num_processes', None, 'Multi-process: process count.')
 _PROCESS_ID = flags.DEFINE_integer('process_id', None, 'Multi-process: this process (0-based).')
+_ALLOW_CHANGE = flags.DEFINE_bool('allow_config_change', False, 'Resume rungs whose config '
+                                   'changed in fields that change the computed function or '
+                                   'the data order (model, optim, data, seeds); the change '
+                                   'is kept in config_history.jsonl.')
+_VERBOSE = flags.DEFINE_bool('verbose', False, 'Print the traceback of errors that otherwise '
+                             'end in one line.')
 _MULTI_HOST = flags.DEFINE_bool('multi_host', False, 'Call jax.distributed.initialize() with '
                                 'cluster auto-detection (TPU pod, SLURM) even if the '
                                 'environment does not show a multi-process launch.')
 
 
-def _usage_error(message: str) -> None:
+def _usage_error(message: str, code: int = 2) -> None:
+  if flags.FLAGS.is_parsed() and _VERBOSE.value:
+    traceback.print_exc()
   print(f'error: {message}', file=sys.stderr)
-  sys.exit(2)
+  sys.exit(code)
 
 
 def _parse(argv: list[str]) -> list[str]:
@@ -56,9 +70,11 @@ def main(argv: list[str]) -> None:
     if _DRY_RUN.value:
       dryrun.dry_run(config_arg, overrides, _RUNG.value)
     else:
-      run_ladder(config_arg, _WORKDIR.value, overrides, _RUNG.value)
+      run_ladder(config_arg, _WORKDIR.value, overrides, _RUNG.value, _ALLOW_CHANGE.value)
   except ConfigError as e:
     _usage_error(str(e))
+  except NonFiniteError as e:
+    _usage_error(str(e), 3)
 
 
 if __name__ == '__main__':

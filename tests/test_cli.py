@@ -119,6 +119,7 @@ def test_sigterm_saves_and_resume_matches_uninterrupted(tmp_path, experiment):
     ('--config.model.num_layers=0', 'model.num_layers'),
     ('--config.model.no_such_field=1', 'no_such_field'),
     ('--config.data.source=nope', 'data.source'),
+    ('--config.mesh.data=3', 'mesh.data'),
     ('--rung=nope', '--rung'),
 ])
 def test_invalid_config_exits_2_with_one_line(tmp_path, experiment, flag, field):

@@ -7,7 +7,7 @@ import importlib
 
 _EXPORTS = {'eval_batches': 'pipeline', 'train_iterator': 'pipeline', 'validate': 'pipeline',
             'data_info': 'sources', 'SOURCES': 'sources', 'hop_values': 'sources',
-            'required_vocab': 'sources'}
+            'required_vocab': 'sources', 'measure': 'sources'}
 
 
 def __getattr__(name: str):

@@ -204,12 +204,39 @@ class ShardWindows:
     return tokens[w * self._length:(w + 1) * self._length]
 
 
-def _windows(windows: text.Windows | ShardWindows, source: str, split: str) -> int:
-  """The number of windows; raises if there are none."""
+def _require_windows(windows: text.Windows | ShardWindows, source: str, split: str) -> None:
+  """Raises if a split holds no window."""
   if not len(windows):
     raise _invalid('data.source', source, f'a corpus whose {split} split holds at '
                    'least one window of seq_len + 1 tokens (see data.eval_fraction)')
-  return len(windows)
+
+
+def _corpus_windows(cfg: ConfigDict, process_index: int = 0, process_count: int = 1
+                    ) -> tuple[text.Windows | ShardWindows, ...]:
+  """The (train, eval) windows of a corpus source (this process's train files for shards);
+  raises if a split holds none."""
+  kind, pattern = parse(cfg.source)
+  length = cfg.seq_len + 1
+  if kind in ('text', 'python_docs'):
+    train, held = (text.corpus(pattern, cfg.tokenizer, cfg.eval_fraction) if kind == 'text'
+                   else _python_docs(cfg.tokenizer, cfg.eval_fraction))
+    train, held = text.Windows(train, length), text.Windows(held, length)
+  else:
+    files = shards.process_files(pattern, process_index, process_count)
+    train = ShardWindows(pattern, length, files)
+    held = ShardWindows(shards.eval_pattern(pattern), length)
+  _require_windows(train, cfg.source, 'train')
+  _require_windows(held, cfg.source, 'eval')
+  return train, held
+
+
+def measure(cfg: ConfigDict) -> dict[str, int]:
+  """Windows of seq_len + 1 tokens per split of a corpus source ({} for synthetic ones,
+  which are unbounded); opens and reads the corpus, raises ConfigError if a split has none."""
+  check(cfg)
+  if parse(cfg.source)[0] in SYNTHETIC:
+    return {}
+  return dict(zip(('train', 'eval'), map(len, _corpus_windows(cfg))))
 
 
 def build(cfg: ConfigDict, seed: int, process_index: int = 0, process_count: int = 1) -> Source:
@@ -224,24 +251,17 @@ def build(cfg: ConfigDict, seed: int, process_index: int = 0, process_count: int
   source. With data.document_mask every example has its segment ids.
   """
   check(cfg)
-  kind, pattern = parse(cfg.source)
-  length = cfg.seq_len + 1
+  kind, _ = parse(cfg.source)
   eos = eos_id(cfg) if cfg.document_mask else None
   if kind in SYNTHETIC:
-    s = _Synthetic(kind, seed, length, grammar.make(cfg.grammar_seed), khop_spec(cfg), eos)
+    s = _Synthetic(kind, seed, cfg.seq_len + 1, grammar.make(cfg.grammar_seed), khop_spec(cfg),
+                   eos)
     return Source(functools.partial(s.record, 'train'), functools.partial(s.record, 'eval'))
   local = kind == 'array_record' and process_count > 1
-  if kind in ('text', 'python_docs'):
-    train, held = (text.corpus(pattern, cfg.tokenizer, cfg.eval_fraction) if kind == 'text'
-                   else _python_docs(cfg.tokenizer, cfg.eval_fraction))
-    train, held = text.Windows(train, length), text.Windows(held, length)
-  else:
-    files = shards.process_files(pattern, process_index, process_count)
-    train = ShardWindows(pattern, length, files)
-    held = ShardWindows(shards.eval_pattern(pattern), length)
-    if local:
-      seed = int(np.random.SeedSequence([seed, process_index]).generate_state(1)[0])
-  order = grain.MapDataset.range(_windows(train, cfg.source, 'train')).shuffle(seed).repeat()
-  num_held = _windows(held, cfg.source, 'eval')
+  train, held = _corpus_windows(cfg, process_index, process_count)
+  if local:
+    seed = int(np.random.SeedSequence([seed, process_index]).generate_state(1)[0])
+  order = grain.MapDataset.range(len(train)).shuffle(seed).repeat()
+  num_held = len(held)
   return Source(lambda i: example(train[order[i]], eos=eos),
                 lambda i: example(held[i % num_held], eos=eos), local)

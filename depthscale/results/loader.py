@@ -7,6 +7,7 @@ import json
 import os
 
 import pandas as pd
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from depthscale.training.writers import read_jsonl
 
@@ -35,11 +36,12 @@ class Results:
     return {m: g.sort_values('layer').value.tolist() for m, g in last.groupby('metric')}
 
 
-def _flatten(d: dict, prefix: str = '') -> dict:
+def flatten(d: dict, prefix: str = '') -> dict:
+  """{'a': {'b': 1}} -> {'a.b': 1}."""
   out = {}
   for k, v in d.items():
     if isinstance(v, dict):
-      out.update(_flatten(v, f'{prefix}{k}.'))
+      out.update(flatten(v, f'{prefix}{k}.'))
     else:
       out[prefix + k] = v
   return out
@@ -57,7 +59,7 @@ def load(ladder_dir: str) -> Results:
   for rung in rung_dirs(ladder_dir):
     path = lambda f, rung=rung: os.path.join(ladder_dir, rung, f)
     with open(path('config.json')) as f:
-      configs.append({'rung': rung, **_flatten(json.load(f))})
+      configs.append({'rung': rung, **flatten(json.load(f))})
     if os.path.exists(path('summary.json')):
       with open(path('summary.json')) as f:
         summaries.append({'rung': rung, **json.load(f)})
@@ -73,3 +75,17 @@ def load(ladder_dir: str) -> Results:
   return Results(frame(configs, ['rung']), frame(summaries, ['rung']),
                  frame(layers, ['rung', 'step', 'metric', 'layer', 'value']),
                  frame(scalars, ['rung', 'step', 'tag', 'value']))
+
+
+def tensorboard_duplicates(rung_dir: str) -> dict[str, list[int]]:
+  """Per scalar tag, the steps that TensorBoard (its EventAccumulator, which drops the points
+  a resumed run's SessionLog START orphans) shows more than once; {} if none."""
+  acc = EventAccumulator(rung_dir, size_guidance={'scalars': 0})
+  acc.Reload()
+  out = {}
+  for tag in acc.Tags()['scalars']:
+    steps = [e.step for e in acc.Scalars(tag)]
+    repeated = sorted({s for s in steps if steps.count(s) > 1})
+    if repeated:
+      out[tag] = repeated
+  return out

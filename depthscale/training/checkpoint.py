@@ -1,23 +1,38 @@
 """Checkpoints: orbax CheckpointManager (async) holding the train state and the data
-iterator state, keeping the last k."""
+iterator state, keeping the last k; restore falls back past unreadable ones."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
+import sys
 
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
+from jax.experimental import multihost_utils
+
+from depthscale.errors import ConfigError
+
+CORRUPT_PREFIX = 'corrupt-'  # unreadable step directories are renamed corrupt-<step>-<n>
+
+
+class UnreadableCheckpoints(ConfigError):
+  """Checkpoints exist but none of them can be restored."""
 
 
 class Checkpointer:
   """Saves and restores {'state': train state, 'data': iterator state} by step."""
 
   def __init__(self, directory: str, keep: int):
+    self.directory = os.path.abspath(directory)
     options = ocp.CheckpointManagerOptions(max_to_keep=keep, enable_async_checkpointing=True,
                                            create=True)
-    self._mngr = ocp.CheckpointManager(os.path.abspath(directory), options=options,
-                                       item_names=('state', 'data'))
+    with _quiet_absl():  # it reads every step's metadata; restore_latest reports damage
+      self._mngr = ocp.CheckpointManager(self.directory, options=options,
+                                         item_names=('state', 'data'))
 
   def latest_step(self) -> int | None:
     return self._mngr.latest_step()
@@ -36,12 +51,84 @@ class Checkpointer:
     # host memory owned by orbax).
     return jax.tree.map(lambda x: x.copy(), out.state), out.data
 
+  def restore_latest(self, abstract_state) -> tuple[int, object, object] | None:
+    """(step, state, data_state) of the newest readable checkpoint, or None if there is none.
+
+    An unreadable newer one (truncated files, a missing shard, broken metadata) is moved
+    aside to corrupt-<step>-<n> (never deleted) with a one-line warning once an older one
+    restores; if none restores, raises UnreadableCheckpoints and moves nothing.
+    """
+    failed: list[tuple[int, str]] = []
+    for step in sorted(self._mngr.all_steps(), reverse=True):
+      try:
+        with _quiet_absl():
+          state, data_state = self.restore(step, abstract_state)
+        reason = None
+      except Exception as e:  # orbax and tensorstore raise many types for damaged files
+        reason = _reason(e)
+      if _everywhere(reason is None):
+        self._move_aside(failed, step)
+        return step, state, data_state
+      failed.append((step, reason or 'unreadable on another process'))
+    if failed:
+      raise UnreadableCheckpoints(
+          f'{self.directory} holds no readable checkpoint (' + '; '.join(
+              f'step {s}: {r}' for s, r in failed) + '): allowed a checkpoints directory '
+          'with one intact step; move it aside to start the rung over')
+    return None
+
+  def _move_aside(self, failed: list[tuple[int, str]], restored: int) -> None:
+    """Renames unreadable step directories to corrupt-<step>-<n>, outside orbax's step
+    names, so that orbax no longer sees them."""
+    if not failed:
+      return
+    if jax.process_index() == 0:
+      for step, reason in failed:
+        n = 0
+        while os.path.exists(self._aside(step, n)):
+          n += 1
+        os.rename(os.path.join(self.directory, str(step)), self._aside(step, n))
+        print(f'warning: checkpoint at step {step} is unreadable ({reason}); moved to '
+              f'{self._aside(step, n)}, resuming from step {restored}', file=sys.stderr,
+              flush=True)
+    if jax.process_count() > 1:
+      multihost_utils.sync_global_devices('depthscale: unreadable checkpoints moved aside')
+    self._mngr.reload()
+
+  def _aside(self, step: int, n: int) -> str:
+    return os.path.join(self.directory, f'{CORRUPT_PREFIX}{step}-{n}')
+
   def wait(self) -> None:
     self._mngr.wait_until_finished()
 
   def close(self) -> None:
     self._mngr.wait_until_finished()
     self._mngr.close()
+
+
+@contextlib.contextmanager
+def _quiet_absl():
+  """Silences orbax's absl log lines about damaged files (the caller reports in one line)."""
+  logger = logging.getLogger('absl')
+  level = logger.level
+  logger.setLevel(logging.CRITICAL)
+  try:
+    yield
+  finally:
+    logger.setLevel(level)
+
+
+def _reason(e: BaseException) -> str:
+  """A one-line description of a restore failure."""
+  first = next((line.strip() for line in str(e).splitlines() if line.strip()), '')
+  return f'{type(e).__name__}: {first[:160]}' if first else type(e).__name__
+
+
+def _everywhere(ok: bool) -> bool:
+  """True if ok holds on every process (the processes must agree on the step restored)."""
+  if jax.process_count() == 1:
+    return ok
+  return bool(np.all(multihost_utils.process_allgather(np.asarray(ok))))
 
 
 def _jsonable(x):

@@ -11,14 +11,15 @@ import time
 import jax
 import numpy as np
 
-from depthscale import data
+from depthscale import atomic, data
 from depthscale.model import ops
 from depthscale.model.transformer import make_model, param_counts
 from depthscale.results import plots
-from depthscale.training import host_memory, sharding
+from depthscale.training import host_memory, resume, sharding
 from depthscale.training.analysis import Analyzer
 from depthscale.training.checkpoint import Checkpointer, abstract
 from depthscale.training.optim import make_optimizer, schedule
+from depthscale.training.preflight import check_inputs
 from depthscale.training.steps import init_state, make_eval_step, make_train_step
 from depthscale.training.writers import Jsonl, TensorBoard, read_jsonl
 
@@ -63,16 +64,19 @@ def tb_layer_subset(num_layers: int, max_layers: int) -> list[int]:
 class _Logs:
   """Process-0 outputs of a rung: TensorBoard, layer_metrics.jsonl, train/eval/analysis logs."""
 
-  def __init__(self, workdir: str, resume_step: int | None, tb_layers: list[int]):
-    self.tb = TensorBoard(workdir)
+  def __init__(self, workdir: str, resume_step: int, tb_layers: list[int]):
+    self.tb = TensorBoard(workdir, resume_step)  # drops the points a killed run wrote past it
     self.tb_layers = tb_layers
     self.pending_analysis: tuple[int, dict] | None = None  # merged into that step's record
     self.layers = Jsonl(os.path.join(workdir, 'layer_metrics.jsonl'), resume_step)
     self.train = Jsonl(os.path.join(workdir, 'train_log.jsonl'), resume_step)
     self.analysis = Jsonl(os.path.join(workdir, 'analysis_log.jsonl'), resume_step)
-    # an eval at the restored step was written before its checkpoint: keep it
-    self.eval = Jsonl(os.path.join(workdir, 'eval_log.jsonl'),
-                      None if resume_step is None else resume_step + 1)
+    # an eval at the restored step was written before its checkpoint: keep it (and show it
+    # again in TensorBoard, which dropped it with the points at and after the restored step)
+    self.eval = Jsonl(os.path.join(workdir, 'eval_log.jsonl'), resume_step + 1)
+    for r in read_jsonl(self.eval.path) if os.path.exists(self.eval.path) else []:
+      if r['step'] == resume_step:
+        self.tb.scalars(resume_step, {k: v for k, v in r.items() if k != 'step'})
 
   def log_train(self, step: int, scalars: dict, layers: dict | None) -> None:
     self.train.write({'step': step, **scalars})
@@ -136,40 +140,42 @@ def evaluate(eval_fn, params, batches: list[dict], hops: list[int], step) -> dic
   return result
 
 
-def train_rung(cfg, workdir: str, *, name: str = '', stop_at_step: int | None = None) -> dict:
+def train_rung(cfg, workdir: str, *, name: str = '', stop_at_step: int | None = None,
+               allow_config_change: bool = False) -> dict:
   """Trains (or resumes, or skips if finished) one rung in workdir; returns its summary.
 
-  stop_at_step simulates a kill just before that step (no final checkpoint); tests use it.
+  Bad input (data, mesh, a resume config that changes the computed function or the data
+  order unless allow_config_change; see resume.check_config) raises ConfigError before
+  anything is written. stop_at_step simulates a kill just before that step (no final
+  checkpoint), or at train.steps one between the final checkpoint and summary.json; tests
+  use it.
   """
+  check_inputs(cfg)
+  changes = resume.check_config(cfg, workdir, allow_config_change)
   summary_path = os.path.join(workdir, 'summary.json')
   if os.path.exists(summary_path):
     with open(summary_path) as f:
-      return json.load(f)
-  run = _Run(cfg, workdir, name)
+      summary = json.load(f)
+    if summary['steps'] == cfg.train.steps:  # finished; a longer train.steps trains on
+      return summary
+  run = _Run(cfg, workdir, name, changes)
   try:
     with _Preemption() as preempt:
       result = run.loop(preempt, stop_at_step)
   finally:
     run.close()
   if run.lead and 'status' not in result:
-    with open(summary_path, 'w') as f:
-      json.dump(result, f, indent=2)
+    atomic.write_json(summary_path, result, indent=2)
   return result
 
 
 class _Run:
   """State of one rung's training: compiled steps, data, checkpoints, logs and clocks."""
 
-  def __init__(self, cfg, workdir: str, name: str):
+  def __init__(self, cfg, workdir: str, name: str, config_changes: dict[str, tuple]):
     self.cfg, self.workdir, self.name = cfg, workdir, name
     self.lead = jax.process_index() == 0
-    os.makedirs(workdir, exist_ok=True)
     self.data_info = data.data_info(cfg.data)
-    if self.lead:
-      with open(os.path.join(workdir, 'config.json'), 'w') as f:
-        f.write(cfg.to_json_best_effort(indent=2))
-      with open(os.path.join(workdir, 'data_info.json'), 'w') as f:
-        json.dump(self.data_info, f, indent=2)
     if 'sha256' in self.data_info:
       print(f'{name} data {self.data_info["corpus"]}: {self.data_info["bytes"]:,} bytes, '
             f'sha256 {self.data_info["sha256"]}', flush=True)
@@ -182,20 +188,24 @@ class _Run:
     init_blocks = jax.device_get(self.state['params']['blocks'])  # for param_rotation
 
     self.it = data.train_iterator(cfg.data, t.seed, jax.process_index(), jax.process_count())
+    os.makedirs(workdir, exist_ok=True)  # the plan and the data are checked: write from here
     self.ckpt = Checkpointer(os.path.join(workdir, 'checkpoints'), t.keep_checkpoints)
-    start = self.ckpt.latest_step()
-    if start is not None:
-      self.state, data_state = self.ckpt.restore(start, abstract(self.state))
+    restored, start = self.ckpt.restore_latest(abstract(self.state)), 0
+    if restored:
+      start, self.state, data_state = restored
       self.it.set_state(data_state)
+    if self.lead:
+      resume.write_config(cfg, workdir, config_changes, start)
+      atomic.write_json(os.path.join(workdir, 'data_info.json'), self.data_info, indent=2)
     self.logs = _Logs(workdir, start, tb_layer_subset(cfg.model.num_layers, cfg.metrics.tb_layers)
                       ) if self.lead else None
-    if self.lead:
+    if self.lead and not start:  # a resumed run's event files hold them already
       m = cfg.model
       self.logs.tb.hparams({'d_model': m.d_model, 'num_layers': m.num_layers, 'params': self.params,
                             'non_embedding_params': self.non_embedding_params, 'block': m.block,
                             'norm': m.norm, 'residual': m.get('residual', 'standard'),
                             'mlp': m.mlp, 'lr': cfg.optim.lr, 'steps': t.steps})
-    self.start = start or 0
+    self.start = start
 
     self.hops = data.hop_values(cfg.data)
     self.eval_set = [self.plan.global_batch(b) for b in data.eval_batches(
@@ -230,6 +240,8 @@ class _Run:
     """Runs steps start..steps-1; outputs of step s are checked while step s+1 runs."""
     t, steps = self.cfg.train, self.cfg.train.steps
     pending = None
+    if self.start == steps:  # restored at the final checkpoint: killed before its summary
+      self._restore_final()
     for s in range(self.start, steps):
       if s == stop_at_step:
         self._finish(pending)
@@ -253,6 +265,8 @@ class _Run:
         print(f'{self.name} SIGTERM: checkpoint saved at step {done}; rerun the same '
               'command to resume', flush=True)
         return {'status': 'preempted', 'step': done}
+    if stop_at_step == steps:
+      return {'status': 'stopped', 'step': steps}
     return self._summary()
 
   def _finish(self, pending) -> None:
@@ -263,8 +277,10 @@ class _Run:
     if not bool(out['ok']):
       bad = np.flatnonzero(~np.isfinite(np.asarray(out['layer_grad_norm'])))
       where = f' (first in block {bad[0] + 1})' if bad.size else ''
-      raise NonFiniteError(f'non-finite loss or gradient at step {s}{where}; the last good '
-                           f'checkpoint is kept in {os.path.join(self.workdir, "checkpoints")}')
+      last = self.ckpt.latest_step()
+      kept = ('no checkpoint was saved before it' if last is None else
+              f'the last good checkpoint is step {last} in {self.ckpt.directory}')
+      raise NonFiniteError(f'non-finite loss or gradient at step {s}{where}; {kept}')
     self.last_loss = float(out['loss'])
     if 'layers' not in out:
       return
@@ -310,6 +326,14 @@ class _Run:
       self.logs.log_analysis(step, layers, self.analysis_scalars)
     self.clock['busy'] += time.perf_counter() - t0
 
+  def _restore_final(self) -> None:
+    """Final values of a rung restored at its last step: the eval recomputed from the
+    checkpointed parameters; the train loss and analyses, taken from the parameters before
+    the last update (which the checkpoint no longer holds), from its logs."""
+    self.last_loss, self.analysis_scalars = resume.final_logged(self.workdir, self.cfg.train.steps)
+    self.eval_scalars = evaluate(self.eval_fn, self.state['params'], self.eval_set, self.hops,
+                                 self.state['step'])
+
   def _summary(self) -> dict:
     c, cfg = self.clock, self.cfg
     if self.lead:
@@ -323,7 +347,8 @@ class _Run:
         'tokens': cfg.train.steps * self.tokens_per_step, 'steps': cfg.train.steps,
         'compile_s': self.compile_s,
         **({'data_sha256': self.data_info['sha256']} if 'sha256' in self.data_info else {}),
-        'tokens_per_sec': c['tokens'] / c['seconds'] if c['seconds'] else float('nan'),
+        'tokens_per_sec': c['tokens'] / c['seconds'] if c['seconds'] else
+                          resume.logged_tokens_per_sec(self.workdir, self.tokens_per_step),
         **{k.replace('eval/', 'final_eval_'): v for k, v in self.eval_scalars.items()
            if 'acc_hop' in k},
         **{'final_' + k.replace('/', '_'): v for k, v in self.analysis_scalars.items()},

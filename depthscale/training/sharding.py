@@ -61,18 +61,18 @@ def rules_of(mesh_cfg) -> Rules:
 def mesh_shape(mesh_cfg, num_devices: int) -> tuple[int, int, int]:
   """(data, fsdp, tensor) sizes; at most one -1 takes the remaining devices."""
   sizes = [mesh_cfg[a] for a in MESH_AXES]
+  fields = ', '.join(f'mesh.{a}={s}' for a, s in zip(MESH_AXES, sizes))
   if sizes.count(-1) > 1:
-    raise ConfigError(f'mesh sizes {dict(zip(MESH_AXES, sizes))} are invalid: allowed at most '
-                      'one -1')
+    raise ConfigError(f'{fields} are invalid: allowed at most one -1')
   known = math.prod(s for s in sizes if s != -1)
   if -1 in sizes:
     if num_devices % known:
-      raise ConfigError(f'mesh sizes {dict(zip(MESH_AXES, sizes))} are invalid: allowed sizes '
-                        f'whose product divides the {num_devices} devices')
+      raise ConfigError(f'{fields} are invalid: allowed sizes whose product divides the '
+                        f'{num_devices} devices')
     sizes[sizes.index(-1)] = num_devices // known
   if math.prod(sizes) != num_devices:
-    raise ConfigError(f'mesh sizes {dict(zip(MESH_AXES, sizes))} are invalid: allowed sizes '
-                      f'whose product is the {num_devices} devices (or use -1)')
+    raise ConfigError(f'{fields} are invalid: allowed sizes whose product is the '
+                      f'{num_devices} devices (or use -1)')
   return tuple(sizes)
 
 
@@ -192,18 +192,31 @@ def follow_params(opt_state, params, param_sh, default):
   return jax.tree_util.tree_map_with_path(leaf, opt_state)
 
 
+def batch_spec(batch_size: int, mesh: Mesh, rules: Rules) -> PartitionSpec:
+  """The partition of the batch axis; raises unless the batch splits over every mesh axis
+  that mesh.rules.batch names."""
+  spec = spec_for((batch_size,), ('batch',), mesh, rules)
+  wanted = math.prod(mesh.shape[a] for a in dict(rules)['batch'])
+  if _shards(spec, mesh) != wanted:
+    axes = '*'.join(dict(rules)['batch'])
+    raise ConfigError(f'data.batch_size={batch_size} is invalid: allowed a multiple of {wanted} '
+                      f'(the mesh axes {axes} that mesh.rules.batch names)')
+  return spec
+
+
+def check_mesh(cfg, devices=None) -> None:
+  """Raises ConfigError unless the mesh fits the devices and the batch splits over it."""
+  batch_spec(cfg.data.batch_size, make_mesh(cfg.mesh, devices), rules_of(cfg.mesh))
+
+
 def make_plan(cfg, model: nn.Module, tx: optax.GradientTransformation, init_fn,
               devices=None) -> Plan:
   """The plan of a rung: mesh from cfg.mesh, state shardings from the parameters'
   logical names (optimizer state follows its parameter); checks replication."""
   mesh = make_mesh(cfg.mesh, devices)
   rules = rules_of(cfg.mesh)
-  b, t = cfg.data.batch_size, cfg.data.seq_len
-  batch_axes = spec_for((b,), ('batch',), mesh, rules)
-  wanted = math.prod(mesh.shape[a] for a in dict(rules)['batch'])
-  if _shards(batch_axes, mesh) != wanted:
-    raise ConfigError(f'data.batch_size={b} is invalid: allowed a multiple of {wanted} (the '
-                      f'mesh axes {"*".join(dict(rules)["batch"])} that mesh.rules.batch names)')
+  t = cfg.data.seq_len
+  batch_axes = batch_spec(cfg.data.batch_size, mesh, rules)
   tokens = jax.ShapeDtypeStruct((1, t), jnp.int32)
   boxed = jax.eval_shape(model.init, jax.random.PRNGKey(0), tokens)['params']
   specs = param_specs(boxed, mesh, rules)

@@ -7,15 +7,25 @@ import os
 import time
 
 from tensorboard.compat.proto import event_pb2, summary_pb2
+from tensorboard.compat.proto.event_pb2 import SessionLog
 from tensorboard.plugins.hparams import summary_v2 as hparams_summary
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
+from depthscale import atomic
+
 
 class TensorBoard:
-  """Writes scalar and PNG image summaries to an event file in logdir."""
+  """Writes scalar and PNG image summaries to an event file in logdir.
 
-  def __init__(self, logdir: str):
+  The first event is a SessionLog START at start_step: TensorBoard then discards the points
+  at or after that step from earlier event files (those a killed run wrote past its last
+  checkpoint), so a resumed run shows one curve.
+  """
+
+  def __init__(self, logdir: str, start_step: int = 0):
     self._writer = EventFileWriter(logdir)
+    self._writer.add_event(event_pb2.Event(wall_time=time.time(), step=int(start_step),
+                                           session_log=SessionLog(status=SessionLog.START)))
 
   def _add(self, step: int, value: summary_pb2.Summary.Value) -> None:
     event = event_pb2.Event(wall_time=time.time(), step=int(step),
@@ -44,22 +54,34 @@ class TensorBoard:
 
 
 class Jsonl:
-  """Appends one JSON object per line; on resume drops records at or after a step."""
+  """Appends one JSON object per line; on resume drops records at or after a step (and a
+  line torn by a kill), rewriting the file atomically."""
 
   def __init__(self, path: str, resume_step: int | None):
     self.path = path
     if resume_step is not None and os.path.exists(path):
-      with open(path) as f:
-        kept = [line for line in f if line.strip() and json.loads(line)['step'] < resume_step]
-      with open(path, 'w') as f:
-        f.writelines(kept)
+      kept = [line for line in _lines(path) if json.loads(line)['step'] < resume_step]
+      atomic.write_text(path, ''.join(kept))
 
   def write(self, record: dict) -> None:
     with open(self.path, 'a') as f:
       f.write(json.dumps(record) + '\n')
 
 
-def read_jsonl(path: str) -> list[dict]:
-  """All records of a JSONL file."""
+def _lines(path: str) -> list[str]:
+  """The non-blank lines of a JSONL file, less an unterminated last line that does not
+  parse (a write cut short by a kill)."""
   with open(path) as f:
-    return [json.loads(line) for line in f if line.strip()]
+    lines = [line for line in f if line.strip()]
+  if lines and not lines[-1].endswith('\n'):
+    try:
+      json.loads(lines[-1])
+      lines[-1] += '\n'
+    except json.JSONDecodeError:
+      lines.pop()
+  return lines
+
+
+def read_jsonl(path: str) -> list[dict]:
+  """All records of a JSONL file (see _lines)."""
+  return [json.loads(line) for line in _lines(path)]
