@@ -27,8 +27,9 @@ RTOL = 1e-5
 # Logs of whole rungs: float32 reductions in another order; differences of losses
 # (skip_delta_loss, ~1e-2) carry the absolute error of a loss (~5).
 LOG_RTOL, LOG_ATOL = 1e-4, 2e-5
-# Far below XLA's collective timeout above (and the worker's watchdog is shorter still).
-CASES_TIMEOUT, PROCESS_TIMEOUT = 540, 300
+# Whole-worker limits; a hang fails sooner: the worker's rungs run under a watchdog of
+# tests.sharding_worker.WATCHDOG_SECONDS per phase, far below XLA's collective timeout above.
+CASES_TIMEOUT, PROCESS_TIMEOUT = 1200, 480
 
 
 def _env(devices: int) -> dict:

@@ -3,6 +3,7 @@ agreement across processes on a flag."""
 
 from __future__ import annotations
 
+import itertools
 import os
 from typing import Mapping
 
@@ -63,3 +64,15 @@ class AnyProcess:
     vote = self._max(jax.make_array_from_single_device_arrays(self._shape, self._sharding, local))
     agreed, self._pending = self._pending, vote
     return agreed is not None and bool(agreed)
+
+
+_barriers = itertools.count()
+
+
+def barrier(what: str, timeout_s: float) -> None:
+  """Waits until every process gets here: the coordination service's barrier, no device work
+  (the CPU collectives give a late peer only 30 s to join a first collective; a process
+  that misses the compilation cache compiles for minutes). Nothing on one process."""
+  if jax.process_count() > 1:
+    client = jax._src.distributed.global_state.client  # pylint: disable=protected-access
+    client.wait_at_barrier(f'depthscale/{next(_barriers)}/{what}', int(timeout_s * 1000))

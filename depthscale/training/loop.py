@@ -14,14 +14,16 @@ import numpy as np
 from depthscale import data
 from depthscale.model.transformer import make_model, param_counts
 from depthscale.results import plots
-from depthscale.training import host_memory, sharding
+from depthscale.training import distributed, host_memory, sharding
 from depthscale.training.analysis import Analyzer
 from depthscale.training.checkpoint import Checkpointer, abstract
-from depthscale.training.distributed import AnyProcess
 from depthscale.training.optim import make_optimizer, schedule
 from depthscale.training.steps import init_state, make_eval_step, make_train_step
 from depthscale.training.watchdog import Watchdog
 from depthscale.training.writers import Jsonl, TensorBoard, read_jsonl
+
+
+COMPILE_WAIT_S = 3600.0  # how long a process waits for the others to finish compiling
 
 
 class NonFiniteError(RuntimeError):
@@ -179,7 +181,7 @@ class _Run:
     # param_rotation's reference, on device (the train step donates the state's own buffers)
     init_blocks = jax.tree.map(lambda x: x.copy(), self.state['params']['blocks']
                                ) if cfg.metrics.analysis_every else None
-    self.any_process = AnyProcess(self.plan.mesh)
+    self.any_process = distributed.AnyProcess(self.plan.mesh)
 
     self.it = data.train_iterator(cfg.data, t.seed, jax.process_index(), jax.process_count())
     self.ckpt = Checkpointer(os.path.join(workdir, 'checkpoints'), t.keep_checkpoints)
@@ -216,6 +218,7 @@ class _Run:
                              cfg.metrics.analysis_batch_size, t.seed
                              ) if cfg.metrics.analysis_every else None
     host_memory.keep_freed_memory()  # the steps' buffers are reused from here on
+    distributed.barrier('compiled', COMPILE_WAIT_S)  # start the first collectives together
     self.analysis_scalars: dict[str, float] = {}
     self.tokens_per_step = cfg.data.batch_size * cfg.data.seq_len
     self.clock = {'t': time.perf_counter(), 'step': self.start, 'busy': 0.0,
