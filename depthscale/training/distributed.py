@@ -53,8 +53,9 @@ class AnyProcess:
     self._pending: jax.Array | None = None
     if self.multi:
       self._sharding = NamedSharding(mesh, PartitionSpec(mesh.axis_names))
-      self._max = jax.jit(jnp.max, out_shardings=NamedSharding(mesh, PartitionSpec()))
       self._shape = (mesh.size,)
+      self._max = jax.jit(jnp.max, out_shardings=NamedSharding(mesh, PartitionSpec())).lower(
+          jax.ShapeDtypeStruct(self._shape, jnp.int32, sharding=self._sharding)).compile()
 
   def __call__(self, flag: bool) -> bool:
     if not self.multi:
@@ -71,8 +72,7 @@ _barriers = itertools.count()
 
 def barrier(what: str, timeout_s: float) -> None:
   """Waits until every process gets here: the coordination service's barrier, no device work
-  (the CPU collectives give a late peer only 30 s to join a first collective; a process
-  that misses the compilation cache compiles for minutes). Nothing on one process."""
+  (so no collective library's set-up limit). Nothing on one process."""
   if jax.process_count() > 1:
     client = jax._src.distributed.global_state.client  # pylint: disable=protected-access
     client.wait_at_barrier(f'depthscale/{next(_barriers)}/{what}', int(timeout_s * 1000))

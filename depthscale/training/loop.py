@@ -24,6 +24,8 @@ from depthscale.training.writers import Jsonl, TensorBoard, read_jsonl
 
 
 COMPILE_WAIT_S = 3600.0  # how long a process waits for the others to finish compiling
+# (the CPU collectives give a late peer only 30 s to join a first collective, and a process
+# that misses the compilation cache, all but process 0, may compile for minutes)
 
 
 class NonFiniteError(RuntimeError):
@@ -184,6 +186,7 @@ class _Run:
     self.any_process = distributed.AnyProcess(self.plan.mesh)
 
     self.it = data.train_iterator(cfg.data, t.seed, jax.process_index(), jax.process_count())
+    distributed.barrier('initialized', COMPILE_WAIT_S)  # before orbax's first collective
     self.ckpt = Checkpointer(os.path.join(workdir, 'checkpoints'), t.keep_checkpoints)
     start = self.ckpt.latest_step()
     if start is not None:
