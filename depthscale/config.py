@@ -124,6 +124,7 @@ def default_config() -> ConfigDict:
   t.eval_every = 100  # steps between evaluations (and at the end)
   t.checkpoint_every = 100  # steps between checkpoints (and at the end)
   t.keep_checkpoints = 2  # checkpoints kept on disk
+  t.watchdog_seconds = 1800.0  # a stuck step, analysis, eval or checkpoint exits non-zero after this; 0 = off
   t.prores = 'none'  # ProRes schedule: see depthscale.training.dynamics.PRORES
   t.prores_warmup_steps = 0  # ProRes W: total warmup steps (layer l done at ~W l / L)
   t.prores_value = 'zero'  # ProRes stagewise floor / fix constant: zero, inv_L, inv_sqrt_L, inv_sqrt_l
@@ -302,6 +303,8 @@ def validate(cfg: ConfigDict) -> None:
   for f in ('b1', 'b2', 'decay_fraction'):
     if not 0 <= cfg.optim[f] <= 1:
       _fail(f'optim.{f}', cfg.optim[f], 'a number in [0, 1]')
+  if not isinstance(cfg.train.watchdog_seconds, (int, float)) or cfg.train.watchdog_seconds < 0:
+    _fail('train.watchdog_seconds', cfg.train.watchdog_seconds, '0 (off) or a positive number of seconds')
   check_positive(cfg, ['metrics.analysis_batch_size', 'metrics.tb_layers'])
   if cfg.metrics.analysis_every < 0:
     _fail('metrics.analysis_every', cfg.metrics.analysis_every, '0 (off) or a positive number of steps')

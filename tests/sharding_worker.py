@@ -1,7 +1,10 @@
 """Subprocess side of tests/test_sharding.py; the parent sets XLA_FLAGS to fake CPU devices.
 
   python -m tests.sharding_worker cases WORKDIR          all single-process mesh cases
-  python -m tests.sharding_worker process WORKDIR ADDR N I   one of N jax.distributed processes
+  python -m tests.sharding_worker reference WORKDIR      the default-metrics rung on one device
+  python -m tests.sharding_worker process WORKDIR ADDR N I [SIGTERM_AT]   one of N
+      jax.distributed processes training the default-metrics rung (this one sends itself
+      SIGTERM as it draws batch SIGTERM_AT)
 Prints one JSON line (prefixed RESULT) for the parent to check.
 """
 
@@ -9,12 +12,13 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 
 import jax
 
 from depthscale import data
-from depthscale.config import ConfigError, validate
+from depthscale.config import ConfigError, default_config, validate
 from depthscale.model.transformer import make_model
 from depthscale.training import distributed, dryrun, sharding
 from depthscale.training.loop import train_rung
@@ -24,6 +28,8 @@ from depthscale.training.writers import read_jsonl
 from tests.helpers import tiny_config
 
 MESHES = ((8, 1, 1), (2, 4, 1), (2, 2, 2), (1, 4, 2))
+METRICS_MESHES = ((2, 4, 1), (2, 2, 2))
+WATCHDOG_SECONDS = 240.0  # a hang fails the worker well before XLA's collective timeout
 
 
 def config(mesh: tuple[int, int, int], **overrides):
@@ -32,6 +38,24 @@ def config(mesh: tuple[int, int, int], **overrides):
                         'train.eval_every': 10, 'train.checkpoint_every': 5,
                         'mesh.data': mesh[0], 'mesh.fsdp': mesh[1], 'mesh.tensor': mesh[2],
                         **overrides})
+
+
+def metrics_config(mesh: tuple[int, int, int]):
+  """The default metrics settings (analyses, images, analysis batch) on 8 steps: plain and
+  statistics steps (log_every 3), analyses every 3 steps, evals and checkpoints every 4."""
+  m = default_config().metrics
+  return config(mesh, **{'train.steps': 8, 'train.log_every': 3, 'train.eval_every': 4,
+                         'train.checkpoint_every': 4, 'data.eval_batches': 2,
+                         'metrics.analysis_every': 3, 'metrics.images': m.images,
+                         'metrics.analysis_batch_size': m.analysis_batch_size,
+                         'train.watchdog_seconds': WATCHDOG_SECONDS})
+
+
+def all_logs(workdir: str) -> dict[str, list[dict]]:
+  """Every JSONL log of a rung, timings left out."""
+  return {name: [{k: v for k, v in r.items() if not k.startswith('perf/')}
+                 for r in read_jsonl(os.path.join(workdir, f'{name}.jsonl'))]
+          for name in ('train_log', 'eval_log', 'analysis_log', 'layer_metrics')}
 
 
 def reference(cfg) -> dict:
@@ -112,20 +136,58 @@ def run_cases(workdir: str) -> dict:
   layers_sharded = config((1, 4, 2))
   layers_sharded.mesh.rules.layers = 'fsdp'
   result['layers_error'] = error_of(lambda: validate(layers_sharded))
+  for mesh in METRICS_MESHES:
+    name = 'x'.join(map(str, mesh))
+    summary = train_rung(metrics_config(mesh), os.path.join(workdir, 'metrics_' + name))
+    result['metrics_' + name] = {'summary': summary,
+                                 'logs': all_logs(os.path.join(workdir, 'metrics_' + name))}
   return result
 
 
-def run_process(workdir: str, address: str, count: int, index: int) -> dict:
+def run_reference(workdir: str) -> dict:
+  summary = train_rung(metrics_config((1, 1, 1)), workdir)
+  return {'devices': jax.device_count(), 'summary': summary, 'logs': all_logs(workdir)}
+
+
+class _SigtermAt:
+  """A train iterator that sends this process SIGTERM as it draws batch `at` (0-based)."""
+
+  def __init__(self, it, at: int):
+    self.it, self.at, self.drawn = it, at, 0
+
+  def __next__(self):
+    if self.drawn == self.at:
+      os.kill(os.getpid(), signal.SIGTERM)
+    self.drawn += 1
+    return next(self.it)
+
+  def get_state(self):
+    return self.it.get_state()
+
+  def set_state(self, state) -> None:
+    self.it.set_state(state)
+
+
+def run_process(workdir: str, address: str, count: int, index: int,
+                sigterm_at: int | None) -> dict:
+  """The default-metrics rung with fsdp across processes (mesh data 1, fsdp 4)."""
   distributed.initialize(address, count, index)
-  summary = train_rung(config((2, 2, 1)), workdir)
+  if sigterm_at is not None:
+    make = data.train_iterator
+    data.train_iterator = lambda *a, **k: _SigtermAt(make(*a, **k), sigterm_at)
+  summary = train_rung(metrics_config((1, 4, 1)), workdir)
   return {'process_index': jax.process_index(), 'process_count': jax.process_count(),
-          'devices': jax.device_count(), 'final_train_loss': summary['final_train_loss']}
+          'devices': jax.device_count(), 'summary': summary,
+          'logs': all_logs(workdir) if jax.process_index() == 0 else None}
 
 
 if __name__ == '__main__':
   mode, out_dir = sys.argv[1], sys.argv[2]
   if mode == 'cases':
     res = run_cases(out_dir)
+  elif mode == 'reference':
+    res = run_reference(out_dir)
   else:
-    res = run_process(out_dir, sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
+    res = run_process(out_dir, sys.argv[3], int(sys.argv[4]), int(sys.argv[5]),
+                      int(sys.argv[6]) if len(sys.argv) > 6 else None)
   print('RESULT ' + json.dumps(res), flush=True)

@@ -8,7 +8,7 @@ import pytest
 
 from depthscale.model.placements import layer_schedule
 from depthscale.model.transformer import Block, Transformer, make_model
-from depthscale.training import analysis
+from depthscale.training import analysis, sharding
 from depthscale.training.optim import make_optimizer
 from depthscale.training.steps import init_state
 from tests.helpers import tiny_config
@@ -43,7 +43,8 @@ def analysed():
   tokens = jax.random.randint(jax.random.PRNGKey(3), (2, cfg.data.seq_len + 1), 0, cfg.model.vocab_size)
   batch = {'inputs': tokens[:, :-1], 'targets': tokens[:, 1:],
            'weights': jnp.ones((2, cfg.data.seq_len), jnp.float32)}
-  layers, scalars = analysis.Analyzer(model, jax.device_get(init['blocks']), batch, 0)(params)
+  plan = sharding.make_plan(cfg, model, make_optimizer(cfg), init_state)
+  layers, scalars = analysis.Analyzer(model, plan, init['blocks'], batch, 2, 0)(params)
   return cfg, model, init, params, batch, layers, scalars
 
 

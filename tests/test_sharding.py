@@ -1,5 +1,7 @@
-"""Sharded training on fake CPU devices: every mesh matches one device, parameters and
-optimizer state sit where the rules say, checkpoints move across meshes, two processes agree.
+"""Sharded training on fake CPU devices: every mesh matches one device (also with the
+default metrics: analyses, images, evals), parameters and optimizer state sit where the
+rules say, checkpoints move across meshes, two processes with fsdp across them match one
+device and save together when one of them gets SIGTERM.
 
 The JAX work runs in subprocesses (tests/sharding_worker.py) that see 8 (or 2 x 2) fake
 devices; this module's own JAX keeps its single device.
@@ -22,6 +24,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SLOW_RENDEZVOUS = ('--xla_cpu_collective_call_terminate_timeout_seconds=600 '
                    '--xla_cpu_collective_call_warn_stuck_timeout_seconds=120')
 RTOL = 1e-5
+# Logs of whole rungs: float32 reductions in another order; differences of losses
+# (skip_delta_loss, ~1e-2) carry the absolute error of a loss (~5).
+LOG_RTOL, LOG_ATOL = 1e-4, 2e-5
+# Whole-worker limits; a hang fails sooner: the worker's rungs run under a watchdog of
+# tests.sharding_worker.WATCHDOG_SECONDS per phase, far below XLA's collective timeout above.
+CASES_TIMEOUT, PROCESS_TIMEOUT = 1200, 480
 
 
 def _env(devices: int) -> dict:
@@ -35,13 +43,27 @@ def _result(proc_out: str) -> dict:
   return json.loads(lines[-1][len('RESULT '):])
 
 
+def _worker(*args: str, devices: int) -> subprocess.Popen:
+  return subprocess.Popen([sys.executable, '-m', 'tests.sharding_worker', *args], env=_env(devices),
+                          cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _results(procs: list[subprocess.Popen], timeout: float) -> list[dict]:
+  outs = [p.communicate(timeout=timeout)[0] for p in procs]
+  for p, out in zip(procs, outs):
+    assert p.returncode == 0, out[-5000:]
+  return [_result(out) | {'output': out} for out in outs]
+
+
 @pytest.fixture(scope='module')
 def cases(tmp_path_factory):
+  """All 8-device cases, and the default-metrics rung on one device alongside."""
   workdir = tmp_path_factory.mktemp('sharding')
-  proc = subprocess.run([sys.executable, '-m', 'tests.sharding_worker', 'cases', str(workdir)],
-                        env=_env(8), cwd=ROOT, capture_output=True, text=True, timeout=1200)
-  assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-  return _result(proc.stdout)
+  procs = [_worker('cases', str(workdir / 'cases'), devices=8),
+           _worker('reference', str(workdir / 'reference'), devices=1)]
+  result, reference = _results(procs, CASES_TIMEOUT)
+  assert reference['devices'] == 1
+  return {**result, 'metrics_reference': reference}
 
 
 def _assert_same_run(run: dict, ref: dict, steps=slice(None)) -> None:
@@ -52,11 +74,37 @@ def _assert_same_run(run: dict, ref: dict, steps=slice(None)) -> None:
       np.testing.assert_allclose(got[k], want[k], rtol=RTOL, atol=1e-7, err_msg=k)
 
 
+def _assert_same_logs(got: dict, want: dict) -> None:
+  """Every log of a rung (train, eval, analysis, per-layer) equal to another's, step by step."""
+  assert sorted(got) == sorted(want)
+  for name, records in want.items():
+    assert [r['step'] for r in got[name]] == [r['step'] for r in records], name
+    for g, w in zip(got[name], records):
+      assert sorted(g) == sorted(w), (name, w['step'])
+      for k in w:
+        np.testing.assert_allclose(g[k], w[k], rtol=LOG_RTOL, atol=LOG_ATOL,
+                                   err_msg=f'{name} step {w["step"]} {k}')
+
+
 @pytest.mark.parametrize('mesh', ['8x1x1', '2x4x1', '2x2x2', '1x4x2'])
 def test_mesh_matches_single_device(cases, mesh):
   assert cases['devices'] == 8
   assert len(cases[mesh]['loss']) == 10
   _assert_same_run(cases[mesh], cases['reference'])
+
+
+@pytest.mark.parametrize('mesh', ['2x4x1', '2x2x2'])
+def test_default_metrics_rung_matches_single_device(cases, mesh):
+  got, want = cases['metrics_' + mesh], cases['metrics_reference']
+  logs = want['logs']
+  # what the rung must have exercised: plain and statistics steps, analyses, two evals
+  assert [r['step'] for r in logs['train_log']] == [0, 3, 6, 7]
+  assert [r['step'] for r in logs['analysis_log']] == [0, 3, 6, 7]
+  assert [r['step'] for r in logs['eval_log']] == [4, 8]
+  assert {'param_rotation', 'skip_delta_loss', 'grad_norm'} <= set(logs['layer_metrics'][-1])
+  _assert_same_logs(got['logs'], logs)
+  np.testing.assert_allclose(got['summary']['final_eval_loss'], want['summary']['final_eval_loss'],
+                             rtol=LOG_RTOL)
 
 
 def test_params_and_optimizer_state_sharded_as_rules_say(cases):
@@ -103,21 +151,26 @@ def _free_port() -> int:
     return s.getsockname()[1]
 
 
-def test_two_processes_agree_on_the_loss(cases, tmp_path):
+def _processes(workdir, sigterm_at: dict[int, int]) -> list[dict]:
   address = f'127.0.0.1:{_free_port()}'
-  procs = [subprocess.Popen([sys.executable, '-m', 'tests.sharding_worker', 'process',
-                             str(tmp_path), address, '2', str(i)], env=_env(2), cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-           for i in range(2)]
-  outs = [p.communicate(timeout=900)[0] for p in procs]
-  for p, out in zip(procs, outs):
-    assert p.returncode == 0, out[-3000:]
-  results = [_result(out) for out in outs]
-  assert [r['process_index'] for r in results] == [0, 1]
-  assert all(r['process_count'] == 2 and r['devices'] == 4 for r in results)
-  assert results[0]['final_train_loss'] == results[1]['final_train_loss']
-  logged = [json.loads(l)['train/loss'] for l in (tmp_path / 'train_log.jsonl').read_text().splitlines()]
-  np.testing.assert_allclose(logged, cases['reference']['loss'], rtol=RTOL)
+  return _results([_worker('process', str(workdir), address, '2', str(i),
+                           *([str(sigterm_at[i])] if i in sigterm_at else []), devices=2)
+                   for i in range(2)], PROCESS_TIMEOUT)
+
+
+def test_two_processes_with_fsdp_across_them_match_one_device_and_stop_together(cases, tmp_path):
+  # process 1 alone gets SIGTERM as it draws batch 3: both learn it from step 3's vote,
+  # read after step 4 is dispatched, and save after step 4
+  stopped = _processes(tmp_path, {1: 3})
+  assert [r['process_index'] for r in stopped] == [0, 1]
+  assert all(r['process_count'] == 2 and r['devices'] == 4 for r in stopped)
+  assert [r['summary'] for r in stopped] == [{'status': 'preempted', 'step': 5}] * 2
+  assert all('SIGTERM: checkpoint saved at step 5' in r['output'] for r in stopped)
+  assert sorted(os.listdir(tmp_path / 'checkpoints')) == ['4', '5']
+
+  resumed = _processes(tmp_path, {})  # the rerun resumes at step 5 and finishes
+  assert resumed[0]['summary']['final_train_loss'] == resumed[1]['summary']['final_train_loss']
+  _assert_same_logs(resumed[0]['logs'], cases['metrics_reference']['logs'])
 
 
 def test_mesh_sizes_resolve_and_reject():

@@ -21,7 +21,7 @@ p_L is the model's output distribution, after the design's readout):
   attn_entropy_mean, attn_entropy_min: per head the mean over queries of
     -sum_j a_ij ln a_ij (causal), then the mean and min over heads (Zhai et al. 2023).
   param_rotation: 1 - cos(vec W_l(t), vec W_l(0)) over the block's matrices
-    (Carbonnelle & De Vleeschouwer 2019); the init is kept on the host.
+    (Carbonnelle & De Vleeschouwer 2019); the init is kept on device.
   erank_weights: mean over the block's matrices of erank(W) = exp(-sum p_k ln p_k),
     p = singular values / their sum (Roy & Vetterli 2007); a matrix is flattened to
     (D, rest) when its first axis is d_model, else to (rest, last axis).
@@ -38,6 +38,7 @@ import numpy as np
 
 from depthscale.model import ops, residual
 from depthscale.model.transformer import Block, Transformer, scan_inputs
+from depthscale.training.sharding import Plan
 from depthscale.training.steps import weighted_loss
 
 KL_THRESHOLD = 0.5  # tau of ED_KL (the "What affects" table uses 0.5)
@@ -56,8 +57,14 @@ def angular_distance(h_prev_BxTxD, h_BxTxD) -> jax.Array:
 
 
 def erank(m_NxM) -> jax.Array:
-  """Effective rank exp(H(p)), p = singular values normalized to sum 1 (0 for a zero matrix)."""
-  s = jnp.linalg.svd(m_NxM.astype(jnp.float32), compute_uv=False)
+  """Effective rank exp(H(p)), p = singular values normalized to sum 1 (0 for a zero matrix).
+
+  A stack of matrices goes through the SVD one at a time: XLA-CPU's batched SVD kernel waits
+  on its own batch's tasks in the thread pool that every device of the process shares, which
+  deadlocks once all devices run it at once."""
+  m = m_NxM.astype(jnp.float32)
+  flat = m.reshape((-1,) + m.shape[-2:])
+  s = jax.lax.map(lambda x: jnp.linalg.svd(x, compute_uv=False), flat).reshape(m.shape[:-2] + (-1,))
   total = jnp.sum(s, axis=-1, keepdims=True)
   p = s / jnp.maximum(total, _TINY)
   h = -jnp.sum(jnp.where(p > 0, p * jnp.log(jnp.where(p > 0, p, 1.0)), 0.0), axis=-1)
@@ -146,16 +153,17 @@ def make_analysis_fn(model: Transformer) -> Callable[[Any, dict, jax.Array], dic
   return analyse
 
 
-def param_rotation(blocks, init_blocks) -> np.ndarray:
-  """Per layer 1 - cos(vec W(t), vec W(0)) over the matrices (ndim >= 3 with the layer axis)."""
-  dot = norm_t = norm_0 = 0.0
-  for w, w0 in zip(jax.tree.leaves(blocks), jax.tree.leaves(init_blocks)):
-    if w.ndim < 3:
-      continue
-    w = np.asarray(w, np.float64).reshape(w.shape[0], -1)
-    w0 = np.asarray(w0, np.float64).reshape(w0.shape[0], -1)
-    dot, norm_t, norm_0 = dot + (w * w0).sum(1), norm_t + (w * w).sum(1), norm_0 + (w0 * w0).sum(1)
-  return 1.0 - dot / np.maximum(np.sqrt(norm_t * norm_0), _TINY)
+def param_rotation(blocks, init_blocks) -> jax.Array:
+  """Per layer 1 - cos(vec W(t), vec W(0)) over the matrices (ndim >= 3 with the layer axis),
+  as |u - u0|^2 / 2 of the unit vectors: no cancellation near the init."""
+  mats = [(w.astype(jnp.float32), w0.astype(jnp.float32)) for w, w0 in
+          zip(jax.tree.leaves(blocks), jax.tree.leaves(init_blocks)) if w.ndim >= 3]
+  per_layer = lambda x: jnp.sum(x, axis=tuple(range(1, x.ndim)))
+  as_layers = lambda n, w: n.reshape((-1,) + (1,) * (w.ndim - 1))
+  norm = lambda i: jnp.maximum(jnp.sqrt(sum(per_layer(jnp.square(m[i])) for m in mats)), _TINY)
+  n, n0 = norm(0), norm(1)
+  return sum(per_layer(jnp.square(w / as_layers(n, w) - w0 / as_layers(n0, w0)))
+             for w, w0 in mats) / 2
 
 
 def ed_cos(cos_mean: np.ndarray) -> float:
@@ -204,18 +212,28 @@ def effective_depths(per_layer: dict[str, np.ndarray]) -> dict[str, float]:
 
 
 class Analyzer:
-  """Runs the compiled analyses on a fixed batch; keeps the initial block weights on host."""
+  """The analyses compiled for the rung's plan (its shardings and context, outputs
+  replicated: readable on every process) on the first rows of a fixed batch; keeps the
+  initial block weights on device, sharded as the parameters."""
 
-  def __init__(self, model: Transformer, init_blocks, batch: dict, seed: int):
-    self.init_blocks = init_blocks
-    self.batch, self.key = batch, jax.random.PRNGKey(seed)
-    self.fn = jax.jit(make_analysis_fn(model))
+  def __init__(self, model: Transformer, plan: Plan, init_blocks, batch: dict, rows: int,
+               seed: int):
+    self.init_blocks, self.batch, self.key = init_blocks, batch, jax.random.PRNGKey(seed)
+    analyse = make_analysis_fn(model)
+
+    def run(params, init_blocks, batch, key):
+      per = analyse(params, jax.tree.map(lambda a: a[:rows], batch), key)
+      return {**per, 'param_rotation': param_rotation(params['blocks'], init_blocks)}
+
+    params = plan.state['params']
+    self.fn = plan.compile(run, (params, params['blocks'], plan.batch, plan.replicated),
+                           plan.replicated, plan.abstract_state['params'], init_blocks, batch,
+                           self.key)
 
   def __call__(self, params) -> tuple[dict[str, list[float]], dict[str, float]]:
     """(per-layer metrics as lists, block 1 first; effective-depth scalars)."""
-    per = jax.device_get(self.fn(params, self.batch, self.key))
+    per = jax.device_get(self.fn(params, self.init_blocks, self.batch, self.key))
     per = {k: np.asarray(v, np.float64) for k, v in per.items()}
-    per['param_rotation'] = param_rotation(jax.device_get(params['blocks']), self.init_blocks)
     scalars = effective_depths(per)
     del per['cos_mean']  # the mean of three logged statistics, used for ED_cos only
     return {k: [float(x) for x in v] for k, v in per.items()}, scalars

@@ -1,11 +1,16 @@
-"""Multi-host start-up: jax.distributed.initialize() when launched as several processes."""
+"""Multi-host start-up (jax.distributed.initialize() when launched as several processes) and
+agreement across processes on a flag."""
 
 from __future__ import annotations
 
+import itertools
 import os
 from typing import Mapping
 
 import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 
 def launched_multi_process(env: Mapping[str, str]) -> bool:
@@ -33,3 +38,41 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
     jax.distributed.initialize()
     return True
   return False
+
+
+class AnyProcess:
+  """Agrees across processes on a flag any one of them raised (SIGTERM seen by one host).
+
+  One process: the flag itself, at once. Several: each call dispatches a tiny max over
+  every device of the mesh (queued behind the step just dispatched, never waited on at
+  once) and answers with the previous call's agreed value, whose step has finished by
+  then; every process gets the same answer at the same call."""
+
+  def __init__(self, mesh: Mesh):
+    self.multi = jax.process_count() > 1
+    self._pending: jax.Array | None = None
+    if self.multi:
+      self._sharding = NamedSharding(mesh, PartitionSpec(mesh.axis_names))
+      self._shape = (mesh.size,)
+      self._max = jax.jit(jnp.max, out_shardings=NamedSharding(mesh, PartitionSpec())).lower(
+          jax.ShapeDtypeStruct(self._shape, jnp.int32, sharding=self._sharding)).compile()
+
+  def __call__(self, flag: bool) -> bool:
+    if not self.multi:
+      return flag
+    local = [jax.device_put(np.full((1,), flag, np.int32), d)
+             for d in self._sharding.addressable_devices_indices_map(self._shape)]
+    vote = self._max(jax.make_array_from_single_device_arrays(self._shape, self._sharding, local))
+    agreed, self._pending = self._pending, vote
+    return agreed is not None and bool(agreed)
+
+
+_barriers = itertools.count()
+
+
+def barrier(what: str, timeout_s: float) -> None:
+  """Waits until every process gets here: the coordination service's barrier, no device work
+  (so no collective library's set-up limit). Nothing on one process."""
+  if jax.process_count() > 1:
+    client = jax._src.distributed.global_state.client  # pylint: disable=protected-access
+    client.wait_at_barrier(f'depthscale/{next(_barriers)}/{what}', int(timeout_s * 1000))

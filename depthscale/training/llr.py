@@ -58,7 +58,10 @@ def esd(w_xMxN) -> jax.Array:
   if w_xMxN.shape[-2] < w_xMxN.shape[-1]:
     w_xMxN = jnp.swapaxes(w_xMxN, -1, -2)
   gram = jnp.einsum('...mi,...mj->...ij', w_xMxN, w_xMxN, precision='highest')
-  return jnp.linalg.eigvalsh(gram)
+  # one matrix at a time: XLA-CPU's batched kernel waits on its own tasks in the thread pool
+  # every device shares, which deadlocks on a mesh of CPU devices (as in analysis.erank)
+  flat = gram.reshape((-1,) + gram.shape[-2:])
+  return jax.lax.map(jnp.linalg.eigvalsh, flat).reshape(gram.shape[:-1])
 
 
 def target_multipliers(cfg, params):

@@ -12,16 +12,21 @@ import jax
 import numpy as np
 
 from depthscale import atomic, data
-from depthscale.model import ops
 from depthscale.model.transformer import make_model, param_counts
 from depthscale.results import plots
-from depthscale.training import host_memory, resume, sharding
+from depthscale.training import distributed, host_memory, resume, sharding
 from depthscale.training.analysis import Analyzer
 from depthscale.training.checkpoint import Checkpointer, abstract
 from depthscale.training.optim import make_optimizer, schedule
 from depthscale.training.preflight import check_inputs
 from depthscale.training.steps import init_state, make_eval_step, make_train_step
+from depthscale.training.watchdog import Watchdog
 from depthscale.training.writers import Jsonl, TensorBoard, read_jsonl
+
+
+COMPILE_WAIT_S = 3600.0  # how long a process waits for the others to finish compiling
+# (the CPU collectives give a late peer only 30 s to join a first collective, and a process
+# that misses the compilation cache, all but process 0, may compile for minutes)
 
 
 class NonFiniteError(RuntimeError):
@@ -158,12 +163,13 @@ def train_rung(cfg, workdir: str, *, name: str = '', stop_at_step: int | None = 
       summary = json.load(f)
     if summary['steps'] == cfg.train.steps:  # finished; a longer train.steps trains on
       return summary
-  run = _Run(cfg, workdir, name, changes)
-  try:
-    with _Preemption() as preempt:
-      result = run.loop(preempt, stop_at_step)
-  finally:
-    run.close()
+  with Watchdog(cfg.train.watchdog_seconds, name, jax.process_index()) as watchdog:
+    run = _Run(cfg, workdir, name, changes, watchdog)
+    try:
+      with _Preemption() as preempt:
+        result = run.loop(preempt, stop_at_step)
+    finally:
+      run.close()
   if run.lead and 'status' not in result:
     atomic.write_json(summary_path, result, indent=2)
   return result
@@ -172,8 +178,10 @@ def train_rung(cfg, workdir: str, *, name: str = '', stop_at_step: int | None = 
 class _Run:
   """State of one rung's training: compiled steps, data, checkpoints, logs and clocks."""
 
-  def __init__(self, cfg, workdir: str, name: str, config_changes: dict[str, tuple]):
-    self.cfg, self.workdir, self.name = cfg, workdir, name
+  def __init__(self, cfg, workdir: str, name: str, config_changes: dict[str, tuple],
+               watchdog: Watchdog):
+    self.cfg, self.workdir, self.name, self.watchdog = cfg, workdir, name, watchdog
+    watchdog.enter('start-up')
     self.lead = jax.process_index() == 0
     self.data_info = data.data_info(cfg.data)
     if 'sha256' in self.data_info:
@@ -185,11 +193,16 @@ class _Run:
     self.plan = sharding.make_plan(cfg, model, tx, init_state)
     self.state = self.plan.init(init_state, model, tx, t.seed, cfg.data.seq_len)
     self.params, self.non_embedding_params = param_counts(self.state['params'])
-    init_blocks = jax.device_get(self.state['params']['blocks'])  # for param_rotation
+    # param_rotation's reference, on device (the train step donates the state's own buffers)
+    init_blocks = jax.tree.map(lambda x: x.copy(), self.state['params']['blocks']
+                               ) if cfg.metrics.analysis_every else None
+    self.any_process = distributed.AnyProcess(self.plan.mesh)
 
     self.it = data.train_iterator(cfg.data, t.seed, jax.process_index(), jax.process_count())
     os.makedirs(workdir, exist_ok=True)  # the plan and the data are checked: write from here
+    distributed.barrier('initialized', COMPILE_WAIT_S)  # before orbax's first collective
     self.ckpt = Checkpointer(os.path.join(workdir, 'checkpoints'), t.keep_checkpoints)
+    watchdog.enter('restore')
     restored, start = self.ckpt.restore_latest(abstract(self.state)), 0
     if restored:
       start, self.state, data_state = restored
@@ -212,20 +225,20 @@ class _Run:
         cfg.data, t.seed, cfg.data.eval_batches, jax.process_index(), jax.process_count())]
     lr_fn = schedule(cfg)
     self.batch = self.plan.global_batch(next(self.it))
+    watchdog.pause()  # compiling: long, and no other process is involved
     t0 = time.perf_counter()
     self.plain = self._compile(make_train_step(model, tx, lr_fn, cfg))
     self.compile_s = time.perf_counter() - t0
     self.with_stats = self._compile(make_train_step(stats_model, tx, lr_fn, cfg))
     p = self.plan
-    with p.context():
-      self.eval_fn = jax.jit(make_eval_step(model, self.hops, cfg),
-                             in_shardings=(p.state['params'], p.batch, p.replicated),
-                             out_shardings=p.replicated).lower(
-          self.state['params'], self.eval_set[0], self.state['step']).compile(ops.compiler_options())
-    host_memory.keep_freed_memory()  # the steps' buffers are reused from here on
-    self.analyzer = Analyzer(model, init_blocks, jax.tree.map(
-        lambda a: a[:cfg.metrics.analysis_batch_size], self.eval_set[0]), t.seed
+    self.eval_fn = p.compile(make_eval_step(model, self.hops, cfg),
+                             (p.state['params'], p.batch, p.replicated), p.replicated,
+                             self.state['params'], self.eval_set[0], self.state['step'])
+    self.analyzer = Analyzer(model, p, init_blocks, self.eval_set[0],
+                             cfg.metrics.analysis_batch_size, t.seed
                              ) if cfg.metrics.analysis_every else None
+    host_memory.keep_freed_memory()  # the steps' buffers are reused from here on
+    distributed.barrier('compiled', COMPILE_WAIT_S)  # start the first collectives together
     self.analysis_scalars: dict[str, float] = {}
     self.tokens_per_step = cfg.data.batch_size * cfg.data.seq_len
     self.clock = {'t': time.perf_counter(), 'step': self.start, 'busy': 0.0,
@@ -247,21 +260,24 @@ class _Run:
         self._finish(pending)
         return {'status': 'stopped', 'step': s}
       if s > self.start:
+        self.watchdog.enter('data', s)
         self.batch = self.plan.global_batch(next(self.it))
       if self.analyzer and (s % self.cfg.metrics.analysis_every == 0 or s == steps - 1):
         self._analyse(s)  # the last one shares the final logging step's record
       step_fn = self.with_stats if s % t.log_every == 0 or s == steps - 1 else self.plain
+      self.watchdog.enter('train step', s)
       self.state, out = step_fn(self.state, self.batch)
+      preempted = self.any_process(preempt.requested)  # the same step on every process
       self._finish(pending)
       pending = (s, out)
       done = s + 1
       due_eval = done % t.eval_every == 0 or done == steps
-      due_ckpt = done % t.checkpoint_every == 0 or done == steps or preempt.requested
+      due_ckpt = done % t.checkpoint_every == 0 or done == steps or preempted
       if due_eval or due_ckpt:
         self._finish(pending)
         pending = None
         self._eval_and_save(done, due_eval, due_ckpt)
-      if preempt.requested:
+      if preempted:
         print(f'{self.name} SIGTERM: checkpoint saved at step {done}; rerun the same '
               'command to resume', flush=True)
         return {'status': 'preempted', 'step': done}
@@ -274,6 +290,7 @@ class _Run:
     if pending is None:
       return
     s, out = pending
+    self.watchdog.enter('train step', s)
     if not bool(out['ok']):
       bad = np.flatnonzero(~np.isfinite(np.asarray(out['layer_grad_norm'])))
       where = f' (first in block {bad[0] + 1})' if bad.size else ''
@@ -308,6 +325,7 @@ class _Run:
   def _eval_and_save(self, done: int, due_eval: bool, due_ckpt: bool) -> None:
     t0 = time.perf_counter()
     if due_eval:
+      self.watchdog.enter('eval', done)
       self.eval_scalars = evaluate(self.eval_fn, self.state['params'], self.eval_set, self.hops,
                                    self.state['step'])
       if self.lead:
@@ -315,12 +333,14 @@ class _Run:
       print(f'{self.name} eval at step {done}: ' + ', '.join(
           f'{k.split("/")[1]} {v:.4f}' for k, v in self.eval_scalars.items()), flush=True)
     if due_ckpt:
+      self.watchdog.enter('checkpoint', done)
       self.ckpt.save(done, self.state, self.it.get_state())
     self.clock['busy'] += time.perf_counter() - t0
 
   def _analyse(self, step: int) -> None:
     """Periodic analyses of the current parameters, recorded at `step` (before its update)."""
     t0 = time.perf_counter()
+    self.watchdog.enter('analysis', step)
     layers, self.analysis_scalars = self.analyzer(self.state['params'])
     if self.lead:
       self.logs.log_analysis(step, layers, self.analysis_scalars)
@@ -339,6 +359,7 @@ class _Run:
     if self.lead:
       self.logs.flush_analysis()
       if cfg.metrics.images:
+        self.watchdog.enter('images', cfg.train.steps)
         self.logs.images(cfg.train.steps)
     return {
         'final_train_loss': self.last_loss,
@@ -355,6 +376,7 @@ class _Run:
     }
 
   def close(self) -> None:
+    self.watchdog.enter('checkpoint wait')
     self.ckpt.close()
     if self.lead:
       self.logs.flush_analysis()

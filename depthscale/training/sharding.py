@@ -160,13 +160,17 @@ class Plan:
       return jax.jit(init_fn, static_argnums=tuple(range(len(static_args))),
                      out_shardings=self.state)(*static_args)
 
-  def compile_train_step(self, step_fn, state, batch):
-    """Ahead-of-time compile of state, batch -> (state, out) with explicit shardings;
-    the state is donated and outputs are replicated. Arguments may be abstract."""
+  def compile(self, fn, in_shardings: tuple, out_shardings, *args, donate_argnums=()):
+    """Ahead-of-time compile of fn(*args) in the plan's context with explicit shardings
+    (arguments may be abstract); what every program of a rung goes through."""
     with self.context():
-      return jax.jit(step_fn, donate_argnums=0, in_shardings=(self.state, self.batch),
-                     out_shardings=(self.state, self.replicated)).lower(state, batch).compile(
-                         ops.compiler_options())
+      return jax.jit(fn, donate_argnums=donate_argnums, in_shardings=in_shardings,
+                     out_shardings=out_shardings).lower(*args).compile(ops.compiler_options())
+
+  def compile_train_step(self, step_fn, state, batch):
+    """state, batch -> (state, out): the state is donated and outputs are replicated."""
+    return self.compile(step_fn, (self.state, self.batch), (self.state, self.replicated),
+                        state, batch, donate_argnums=0)
 
   def global_batch(self, local: dict) -> dict:
     """One global array per field from this process's rows (batch axis sharded)."""
