@@ -205,8 +205,9 @@ class _Run:
       self.eval_fn = jax.jit(make_eval_step(model, self.hops, cfg),
                              in_shardings=(p.state['params'], p.batch, p.replicated),
                              out_shardings=p.replicated).lower(
-          self.state['params'], self.eval_set[0], self.state['step']).compile(ops.compiler_options())
-    host_memory.keep_freed_memory()  # the steps' buffers are reused from here on
+          self.state['params'], self.eval_set[0], self.state['step']).compile(
+              ops.compiler_options(p.platform))
+    host_memory.keep_freed_memory(p.platform)  # the steps' buffers are reused from here on
     self.analyzer = Analyzer(model, init_blocks, jax.tree.map(
         lambda a: a[:cfg.metrics.analysis_batch_size], self.eval_set[0]), t.seed
                              ) if cfg.metrics.analysis_every else None

@@ -148,6 +148,11 @@ class Plan:
   batch: NamedSharding
   replicated: NamedSharding
 
+  @property
+  def platform(self) -> str:
+    """The platform of the mesh's devices: the target every compile is made for."""
+    return self.mesh.devices.flat[0].platform
+
   @contextlib.contextmanager
   def context(self) -> Iterator[None]:
     """Mesh and rules in scope while tracing, for the model's activation constraints."""
@@ -166,7 +171,7 @@ class Plan:
     with self.context():
       return jax.jit(step_fn, donate_argnums=0, in_shardings=(self.state, self.batch),
                      out_shardings=(self.state, self.replicated)).lower(state, batch).compile(
-                         ops.compiler_options())
+                         ops.compiler_options(self.platform))
 
   def global_batch(self, local: dict) -> dict:
     """One global array per field from this process's rows (batch axis sharded)."""
@@ -195,8 +200,13 @@ def follow_params(opt_state, params, param_sh, default):
 def make_plan(cfg, model: nn.Module, tx: optax.GradientTransformation, init_fn,
               devices=None) -> Plan:
   """The plan of a rung: mesh from cfg.mesh, state shardings from the parameters'
-  logical names (optimizer state follows its parameter); checks replication."""
+  logical names (optimizer state follows its parameter); checks replication and that the
+  model was built for the devices' platform (make_model(..., platform=...))."""
   mesh = make_mesh(cfg.mesh, devices)
+  target = mesh.devices.flat[0].platform
+  if model.cfg.platform != target:
+    raise ValueError(f'the model was built for {model.cfg.platform} but the mesh has {target} '
+                     f'devices: make_model(cfg, platform={target!r})')
   rules = rules_of(cfg.mesh)
   b, t = cfg.data.batch_size, cfg.data.seq_len
   batch_axes = spec_for((b,), ('batch',), mesh, rules)
