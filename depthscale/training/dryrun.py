@@ -24,7 +24,8 @@ GIB = float(1 << 30)
 ESTIMATE = ('estimate (not measured): step_s = max(F / peak_bf16, B / hbm_bw) per chip, F = '
             'max(XLA flops, model flops), B = XLA bytes accessed (loop bodies scaled by trip '
             'count); MFU = model flops / (step_s * peak_bf16), model flops = 6 N + 12 L T D per '
-            'token (N: matmul parameters)')
+            'token (N: matmul parameters); bf16 peak even for model.dtype=float32, whose '
+            'matmuls take several MXU passes')
 
 
 def abstract_batch(cfg, plan: sharding.Plan) -> dict:
@@ -101,12 +102,15 @@ def estimate(flops: float, bytes_: float, model: float, chip: topology.Chip,
   return {'step_s': step_s, 'mfu': model / (step_s * peak)}
 
 
-def check_rung(cfg, devices=None, slice_: topology.Slice | None = None,
-               scale_cost: bool = False) -> tuple[dict[str, Any], list[str]]:
-  """Compiles the rung's plain and statistics train steps; the report of both."""
+def check_rung(cfg, devices=None, slice_: topology.Slice | None = None, scale_cost: bool = False,
+               compiled_out: dict | None = None) -> tuple[dict[str, Any], list[str]]:
+  """Compiles the rung's plain and statistics train steps (kept in compiled_out if given,
+  by kind); the report of both. scale_cost: also XLA's cost with every layer counted."""
   steps, plan = {}, None
   for kind, stats in (('plain', False), ('stats', True)):
     compiled, plan, seconds = compile_step(cfg, stats, devices)
+    if compiled_out is not None:
+      compiled_out[kind] = compiled
     flops, bytes_ = cost(compiled)
     steps[kind] = {'compile_s': seconds, 'memory': memory(compiled), 'xla_flops': flops,
                    'xla_bytes': bytes_, 'hlo_has_pallas': 'tpu_custom_call' in compiled.as_text()}
@@ -186,9 +190,11 @@ HEADER = (f'{"rung":<16} {"params_M":>8} {"mesh d,f,t":<14} {"c_plain":>6} {"c_s
 
 def dry_run(config_arg: str, overrides: dict | None = None, rung: str | None = None,
             topology_name: str | None = None, num_slices: int = 1,
-            json_path: str | None = None, shardings: bool = True) -> list[dict]:
+            json_path: str | None = None, shardings: bool = True,
+            scale_cost: bool = True) -> list[dict]:
   """Checks every selected rung (for a TPU slice if topology_name is given); prints a table
-  row per rung (and its shardings), returns the reports, and writes them to json_path."""
+  row per rung (and its shardings), returns the reports, and writes them to json_path.
+  scale_cost (TPU): XLA's cost with every layer counted and the step-time estimate."""
   devices = slice_ = None
   overrides = dict(overrides or {})
   if topology_name:
@@ -205,7 +211,7 @@ def dry_run(config_arg: str, overrides: dict | None = None, rung: str | None = N
   for r, cfg in resolve(config_arg, overrides, rung):
     key = _shape_key(cfg)
     if key not in seen:
-      report, lines = check_rung(cfg, devices, slice_, scale_cost=slice_ is not None)
+      report, lines = check_rung(cfg, devices, slice_, scale_cost and slice_ is not None)
       if slice_ is not None and not report['fits']:
         report['to_fit'] = find_fit(cfg, devices, slice_) or 'none of the alternatives tried'
       seen[key] = (report, lines)
@@ -218,7 +224,7 @@ def dry_run(config_arg: str, overrides: dict | None = None, rung: str | None = N
     if shardings:
       print('\n'.join(lines), flush=True)
     reports.append({'rung': r.name, **report})
-  if slice_ is not None:
+  if slice_ is not None and scale_cost:
     print(ESTIMATE, flush=True)
   if json_path:
     with open(json_path, 'w') as f:
