@@ -105,8 +105,9 @@ def test_attention_on_cpu_takes_the_blocked_path_at_multiples_of_the_block():
   t = 2 * ops.CPU_ATTENTION_BLOCK
   q, k, v = jax.random.normal(jax.random.PRNGKey(5), (3, 1, t, 2, 4))
   want = _textbook_attention(q, k, v, 0.5)
-  np.testing.assert_allclose(ops.attention(q, k, v), want, rtol=1e-5, atol=1e-6)
-  jaxpr = str(jax.make_jaxpr(ops.attention)(q, k, v))
+  blocked = lambda q, k, v: ops.attention(q, k, v, 0.5, ops.default_attention_kernel('cpu'))
+  np.testing.assert_allclose(blocked(q, k, v), want, rtol=1e-5, atol=1e-6)
+  jaxpr = str(jax.make_jaxpr(blocked)(q, k, v))
   assert jaxpr.count('dot_general') == 4  # 2 query blocks x (scores, values)
 
 

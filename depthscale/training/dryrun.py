@@ -233,8 +233,9 @@ def dry_run(config_arg: str, overrides: dict | None = None, rung: str | None = N
   return reports
 
 
-# Fields that change no compiled shape, memory or cost: rungs differing only here share one check.
-VALUE_ONLY = (('train', 'seed'), ('optim', 'lr'), ('model', 'init_std'))
+# Fields that change no compiled shape, memory or cost (values only): rungs differing only
+# here share one check.
+VALUE_ONLY = (('train', 'seed'), ('optim', 'lr'), ('optim', 'warmup_steps'), ('model', 'init_std'))
 
 
 def _shape_key(cfg) -> str:
@@ -242,3 +243,17 @@ def _shape_key(cfg) -> str:
   for section, field in VALUE_ONLY:
     c[section][field] = type(c[section][field])(0)
   return c.to_json_best_effort(sort_keys=True)
+
+
+def summary(record: dict) -> str:
+  """The one-sentence result of a recorded dry run (a --dry_run_json file) that experiment
+  docstrings quote: fit on the slice, peak memory and the estimated step time range."""
+  rungs, name = record['rungs'], record['topology']
+  fit = all(r['fits'] for r in rungs)
+  peak = max(r['peak_bytes_per_device'] for r in rungs) / GIB
+  hbm = rungs[0]['hbm_bytes_per_device'] / GIB
+  steps = [r['estimate']['step_s'] for r in rungs]
+  where = f'{name} x {record["num_slices"]}' if record['num_slices'] > 1 else name
+  return (f'TPU dry run on {where}: {"every rung fits" if fit else "not every rung fits"} '
+          f'(peak {peak:.1f} GiB of {hbm:.1f} GiB per chip); estimated step '
+          f'{min(steps):.3g}-{max(steps):.3g} s (roofline estimate, not measured).')
