@@ -224,12 +224,12 @@ def dry_run(config_arg: str, overrides: dict | None = None, rung: str | None = N
     if shardings:
       print('\n'.join(lines), flush=True)
     reports.append({'rung': r.name, **report})
+    if json_path:  # after every rung: a long dry run keeps what it has done
+      with open(json_path, 'w') as f:
+        json.dump({'config': config_arg, 'topology': topology_name, 'num_slices': num_slices,
+                   'estimate': ESTIMATE, 'rungs': reports}, f, indent=2)
   if slice_ is not None and scale_cost:
     print(ESTIMATE, flush=True)
-  if json_path:
-    with open(json_path, 'w') as f:
-      json.dump({'config': config_arg, 'topology': topology_name, 'num_slices': num_slices,
-                 'estimate': ESTIMATE, 'rungs': reports}, f, indent=2)
   return reports
 
 

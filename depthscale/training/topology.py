@@ -74,7 +74,8 @@ def parse(name: str, num_slices: int = 1) -> Slice:
   gen, n = m.group(1), int(m.group(2))
   chip = CHIPS[gen]
   chips = n // chip.cores_per_chip
-  if n % chip.cores_per_chip or chips < 1 or chips & (chips - 1) or (chip.torus_dims == 3 and chips < 4):
+  smallest = 4 if chip.torus_dims == 3 else 1
+  if n % chip.cores_per_chip or chips < smallest or chips & (chips - 1):
     raise ConfigError(f'--topology={name!r} is invalid: allowed {allowed}')
   if num_slices < 1:
     raise ConfigError(f'--num_slices={num_slices!r} is invalid: allowed a positive int')
