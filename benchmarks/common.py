@@ -72,7 +72,7 @@ def matmul_peak(repeats: int = 7) -> dict[str, float]:
     flops = 2.0 * m * k * n
     ja, jb = jax.device_put(a), jax.device_put(b)
     lowered = jax.jit(lambda x, y: x @ y).lower(ja, jb)
-    for mm in (lowered.compile(), lowered.compile(ops.compiler_options())):
+    for mm in (lowered.compile(), lowered.compile(ops.compiler_options(ops.platform_of()))):
       out['xla'] = max(out['xla'], _best_rate(lambda mm=mm: mm(ja, jb).block_until_ready(), flops, repeats))
     ta, tb = torch.from_numpy(a), torch.from_numpy(b)
     out['torch'] = max(out['torch'], _best_rate(lambda: ta @ tb, flops, repeats))

@@ -7,7 +7,7 @@ import ml_collections
 
 from depthscale import data
 from depthscale.errors import ConfigError
-from depthscale.model import inner_norms, norms, parametrization, placements, residual
+from depthscale.model import inner_norms, norms, ops, parametrization, placements, residual
 from depthscale.training import dynamics, sharding
 
 ConfigDict = ml_collections.ConfigDict
@@ -61,7 +61,8 @@ def default_config() -> ConfigDict:
   m.output_mult = 1.0  # alpha_out: logits multiplier (divided by m_N under the muP family)
   m.dtype = 'float32'  # compute dtype; params and optimizer state stay float32
   m.remat = 'none'  # a jax.checkpoint_policies name, or 'none'
-  m.unroll_max_layers = 16  # layer scan unrolled (not on logging steps) for num_layers <= this; 0: never
+  m.unroll_max_layers = -1  # layer scan unrolled (not on logging steps) for num_layers <= this; 0: never; -1: 16 on CPU, 0 on TPU / GPU
+  m.attention_kernel = 'auto'  # 'auto' (splash on TPU, cudnn on GPU, blocked on CPU: by the mesh's devices), xla, blocked, cudnn, splash, splash_interpret
   m.residual = 'standard'  # residual-stream design: see depthscale.model.residual.DESIGNS
   m.hc_rate = 4  # hyper_connections / mhc: expansion rate n (number of streams)
   m.hc_dynamic = True  # hyper_connections: dynamic (input-dependent) HC, else static
@@ -288,9 +289,10 @@ def validate(cfg: ConfigDict) -> None:
   if m.remat != 'none' and not hasattr(jax.checkpoint_policies, m.remat):
     _fail('model.remat', m.remat, "'none' or a jax.checkpoint_policies name "
           "(e.g. nothing_saveable, dots_saveable)")
-  if not isinstance(m.unroll_max_layers, int) or m.unroll_max_layers < 0:
+  if not isinstance(m.unroll_max_layers, int) or m.unroll_max_layers < -1:
     _fail('model.unroll_max_layers', m.unroll_max_layers,
-          'an integer >= 0 (0 = always a rolled scan)')
+          'an integer >= -1 (0 = always a rolled scan, -1 = 16 on CPU and 0 on TPU / GPU)')
+  check_choice('model.attention_kernel', m.attention_kernel, ('auto',) + ops.ATTENTION_KERNELS)
   if m.position == 'rope' and (m.d_model // m.num_heads) % 2:
     _fail('model.num_heads', m.num_heads, 'a value giving an even head_dim with rope')
   validate_residual(m)

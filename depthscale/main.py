@@ -1,10 +1,11 @@
 """Command line: python -m depthscale.main --config=experiments/FILE.py[:ARG] --workdir=DIR
-[--config.SECTION.FIELD=VALUE ...] [--rung=NAME_OR_INDEX] [--dry_run] [--allow_config_change]
-[--verbose] [--coordinator_address=HOST:PORT --num_processes=N --process_id=I | --multi_host].
+[--config.SECTION.FIELD=VALUE ...] [--rung=NAME_OR_INDEX] [--allow_config_change] [--verbose]
+[--dry_run [--topology=v5p-64 [--num_slices=N]] [--dry_run_json=PATH]]
+[--coordinator_address=HOST:PORT --num_processes=N --process_id=I | --multi_host].
 
 Exit codes: 0 finished (or preempted by SIGTERM after a checkpoint), 2 bad input (one line
 naming the field; nothing written), 3 non-finite loss or gradient (one line naming the step,
-the first non-finite block and the last good checkpoint)."""
+the first non-finite block and the last good checkpoint), 4 the watchdog fired."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from ml_collections import config_flags
 
 from depthscale.errors import ConfigError
 from depthscale.experiment import run_ladder
-from depthscale.training import distributed, dryrun
+from depthscale.training import distributed, dryrun, topology
 from depthscale.training.loop import NonFiniteError
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'Experiment file[:arg].', lock_config=True)
@@ -24,6 +25,12 @@ _WORKDIR = flags.DEFINE_string('workdir', None, 'Ladder directory; rung r lives 
 _RUNG = flags.DEFINE_string('rung', None, 'Run only this rung (name or 0-based index).')
 _DRY_RUN = flags.DEFINE_bool('dry_run', False, 'Compile every rung for the mesh and report '
                              'parameters, per-device memory and shardings; no training.')
+_TOPOLOGY = flags.DEFINE_string('topology', None, 'With --dry_run: compile for this TPU slice '
+                                '(v5p-64, v5e-256, v4-128, v6e-16, ...; needs libtpu, no TPU).')
+_NUM_SLICES = flags.DEFINE_integer('num_slices', 1, 'With --topology: slices of it joined over '
+                                   'DCN (mesh.dcn_data defaults to this).')
+_DRY_RUN_JSON = flags.DEFINE_string('dry_run_json', None, 'With --dry_run: also write the '
+                                    'table (one record per rung) to this JSON file.')
 _COORDINATOR = flags.DEFINE_string('coordinator_address', None, 'Multi-process: HOST:PORT of '
                                    'process 0 (with --num_processes and --process_id).')
 _NUM_PROCESSES = flags.DEFINE_integer('num_processes', None, 'Multi-process: process count.')
@@ -62,13 +69,18 @@ def main(argv: list[str]) -> None:
     _usage_error('--config and --workdir are required (--workdir not with --dry_run)')
   if _COORDINATOR.value and (_NUM_PROCESSES.value is None or _PROCESS_ID.value is None):
     _usage_error('--coordinator_address needs --num_processes and --process_id')
+  if (_TOPOLOGY.value or _DRY_RUN_JSON.value) and not _DRY_RUN.value:
+    _usage_error('--topology and --dry_run_json need --dry_run')
+  if _TOPOLOGY.value and not topology.has_libtpu():
+    _usage_error(f'--topology needs the TPU compiler (no TPU): {topology.INSTALL_HINT}')
   distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value,
                          force=_MULTI_HOST.value)
   overrides = config_flags.get_override_values(flags.FLAGS['config'])
   config_arg = config_flags.get_config_filename(flags.FLAGS['config'])
   try:
     if _DRY_RUN.value:
-      dryrun.dry_run(config_arg, overrides, _RUNG.value)
+      dryrun.dry_run(config_arg, overrides, _RUNG.value, _TOPOLOGY.value, _NUM_SLICES.value,
+                     _DRY_RUN_JSON.value)
     else:
       run_ladder(config_arg, _WORKDIR.value, overrides, _RUNG.value, _ALLOW_CHANGE.value)
   except ConfigError as e:

@@ -48,7 +48,7 @@ def test_rolled_and_unrolled_layer_scan_compute_the_same_loss_and_gradients():
   for got, want in zip(jax.tree.leaves(results['unrolled']), jax.tree.leaves(results['rolled'])):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
   with pytest.raises(ConfigError, match='model.unroll_max_layers'):
-    validate(tiny_config(**{'model.unroll_max_layers': -1}))
+    validate(tiny_config(**{'model.unroll_max_layers': -2}))
 
 
 @pytest.mark.parametrize('block', ['pre_ln', 'post_ln'])

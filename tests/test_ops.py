@@ -128,9 +128,9 @@ def test_attention_with_segment_ids_sees_only_its_own_document(t):
     rng = np.random.default_rng(0)
     seg = np.cumsum(rng.random((2, t)) < 0.15, axis=1).astype(np.int32)
     assert seg.max() >= 2
-    got = ops.attention(q, k, v, 0.3, jnp.asarray(seg))
+    got = ops.attention(q, k, v, 0.3, 'blocked', segment_ids=jnp.asarray(seg))
     np.testing.assert_allclose(got, _loop_attention(q, k, v, 0.3, seg), rtol=1e-5, atol=1e-6)
-    one = ops.attention(q, k, v, 0.3, jnp.zeros((2, t), jnp.int32))  # one segment: causal
+    one = ops.attention(q, k, v, 0.3, 'blocked', segment_ids=jnp.zeros((2, t), jnp.int32))
     np.testing.assert_allclose(one, _textbook_attention(q, k, v, 0.3), rtol=1e-5, atol=1e-6)
 
 
@@ -138,8 +138,9 @@ def test_attention_on_cpu_takes_the_blocked_path_at_multiples_of_the_block():
   t = 2 * ops.CPU_ATTENTION_BLOCK
   q, k, v = jax.random.normal(jax.random.PRNGKey(5), (3, 1, t, 2, 4))
   want = _textbook_attention(q, k, v, 0.5)
-  np.testing.assert_allclose(ops.attention(q, k, v), want, rtol=1e-5, atol=1e-6)
-  jaxpr = str(jax.make_jaxpr(ops.attention)(q, k, v))
+  blocked = lambda q, k, v: ops.attention(q, k, v, 0.5, ops.default_attention_kernel('cpu'))
+  np.testing.assert_allclose(blocked(q, k, v), want, rtol=1e-5, atol=1e-6)
+  jaxpr = str(jax.make_jaxpr(blocked)(q, k, v))
   assert jaxpr.count('dot_general') == 4  # 2 query blocks x (scores, values)
 
 

@@ -140,7 +140,7 @@ def test_dry_run_reports_memory_and_shardings(cases):
   report = cases['dry_run']
   assert report['mesh'] == {'data': 1, 'fsdp': 4, 'tensor': 2}
   assert report['params'] == 3 * (4 * 32 * 32 + 2 * 32 * 128 + 4 * 32) + 256 * 32 + 2 * 32
-  assert report['peak_bytes_per_device'] > report['bytes_per_device']['argument'] > 0
+  assert report['peak_bytes_per_device'] > report['steps']['plain']['memory']['argument'] > 0
   assert any(l.split()[0] == 'blocks/mlp/wi' and "(None, 'fsdp', 'tensor')" in l
              for l in report['lines'])
 

@@ -1,7 +1,8 @@
 """Fast compute primitives of the model: GELU with a one-residual backward pass, the norms'
 standardization with a two-residual one, matmuls with a cache-friendly weight gradient and
-the backend-chosen attention kernel. Numerically the textbook functions; only the work (and
-memory) XLA is given differs."""
+the attention kernels. Numerically the textbook functions; only the work (and memory) XLA is
+given differs. Every backend-dependent choice takes the platform of the devices the program
+is compiled for (`platform_of`), never the host's default backend."""
 
 from __future__ import annotations
 
@@ -9,8 +10,11 @@ import functools
 import math
 import platform
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from jax.experimental.pallas.ops.tpu import splash_attention as splash
+from jax.sharding import PartitionSpec
 
 _C = math.sqrt(2.0 / math.pi)
 _A = 0.044715
@@ -114,9 +118,16 @@ CPU_COMPILER_OPTIONS = {'xla_cpu_experimental_ynn_fusion_type': '', 'xla_cpu_use
 CACHEABLE_CPU_COMPILER_OPTIONS = {'xla_cpu_experimental_ynn_fusion_type': ''}
 
 
-def compiler_options() -> dict | None:
-  """Per-compile XLA options for this backend and machine (None: XLA's defaults)."""
-  if jax.default_backend() != 'cpu' or platform.machine().lower() not in ('x86_64', 'amd64'):
+def platform_of(devices=None) -> str:
+  """'cpu', 'gpu' or 'tpu': the platform of the devices a program is compiled for
+  (default: jax.devices(), the devices a mesh is built from when none are given)."""
+  return (jax.devices() if devices is None else list(devices))[0].platform
+
+
+def compiler_options(target: str) -> dict | None:
+  """Per-compile XLA options for a program compiled for platform `target` (None: XLA's
+  defaults); the CPU options only for a CPU target on an x86 host (the host is the target)."""
+  if target != 'cpu' or platform.machine().lower() not in ('x86_64', 'amd64'):
     return None
   if jax.config.jax_compilation_cache_dir:
     return CACHEABLE_CPU_COMPILER_OPTIONS
@@ -156,21 +167,85 @@ def blocked_causal_attention(q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, scale: float, bloc
   return jnp.concatenate(outs, axis=1).reshape(b, t, h, e)
 
 
-def attention(q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, scale: float | None = None, segment_ids=None):
-  """Causal softmax attention, kernel chosen by backend: cuDNN's fused kernel on GPU (bf16
-  or f16 inputs), query-blocked on CPU (1.5x XLA's full masked composition, forward and
-  backward, at T = 256), XLA's composition elsewhere. segment_ids (BxT ints, or None):
-  document masking, no query attends to a key of another segment (XLA's composition with
-  the mask off the CPU path)."""
+# Pallas splash attention (TPU): query / key block of the kernel, the largest of these
+# dividing T; other lengths take XLA's composition.
+SPLASH_BLOCKS = (512, 256, 128)
+ATTENTION_KERNELS = ('xla', 'blocked', 'cudnn', 'splash', 'splash_interpret')
+
+
+def default_attention_kernel(target: str) -> str:
+  """The kernel for platform `target`: splash on TPU, cuDNN on GPU, query-blocked on CPU."""
+  return {'tpu': 'splash', 'gpu': 'cudnn', 'cpu': 'blocked'}.get(target, 'xla')
+
+
+def _mesh_axes(logical: str, sizes: tuple[int, ...], mesh) -> tuple[str, ...]:
+  """The mesh axes the logical-axis rules in scope map `logical` to, kept while their
+  product divides every one of `sizes` (as depthscale.training.sharding.spec_for)."""
+  rule = dict(nn.get_logical_axis_rules()).get(logical) or ()
+  axes, n = [], 1
+  for a in (rule,) if isinstance(rule, str) else rule:
+    if a in mesh.shape and all(s % (n * mesh.shape[a]) == 0 for s in sizes):
+      axes.append(a)
+      n *= mesh.shape[a]
+  return tuple(axes)
+
+
+def splash_attention(q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, scale, interpret: bool = False):
+  """Causal attention by the Pallas TPU splash kernel (flash attention over a causal block
+  mask; no T x T scores in memory). Grouped KV heads (H = G K) go to the kernel as they are;
+  the softmax scale (a float or a traced scalar, e.g. a learnable QK-norm gain) multiplies q
+  before the kernel, so every QK-norm variant is exact. Mosaic kernels cannot be
+  partitioned by XLA, so the kernel runs inside shard_map over the mesh in scope: batch
+  rows over the mesh axes of the logical 'batch' rule, heads over those of 'heads' (where
+  they divide B, H and K). interpret=True: the Pallas interpreter (any backend; tests).
+  T must be a multiple of 128 (`attention` falls back to XLA otherwise)."""
+  b, t, h, e = q_BxTxHxE.shape
+  kv = k_BxTxKxE.shape[2]
+  block = next(s for s in SPLASH_BLOCKS if t % s == 0)
+  q_BxTxHxE = q_BxTxHxE * jnp.asarray(scale, q_BxTxHxE.dtype)
+
+  def local(q_BxTxHxE, k_BxTxKxE, v_BxTxKxE):
+    heads = q_BxTxHxE.shape[2]
+    mask = splash.MultiHeadMask([splash.CausalMask((t, t))] * heads)
+    sizes = splash.BlockSizes(block, block, block, block, block, block, block, block)
+    kernel = splash.make_splash_mha(mask, block_sizes=sizes, head_shards=1, q_seq_shards=1,
+                                    interpret=interpret)
+    to_heads = lambda x: jnp.swapaxes(x, 1, 2)  # B x N x T x E, the kernel's layout
+    o_BxHxTxE = jax.vmap(kernel)(to_heads(q_BxTxHxE), to_heads(k_BxTxKxE), to_heads(v_BxTxKxE))
+    return jnp.swapaxes(o_BxHxTxE, 1, 2)
+
+  mesh = jax.sharding.get_abstract_mesh()
+  if mesh.empty or mesh.size == 1:
+    return local(q_BxTxHxE, k_BxTxKxE, v_BxTxKxE)
+  batch, heads = _mesh_axes('batch', (b,), mesh), _mesh_axes('heads', (h, kv), mesh)
+  spec = PartitionSpec(batch or None, None, heads or None, None)
+  return jax.shard_map(local, mesh=mesh, in_specs=(spec, spec, spec), out_specs=spec,
+                       check_vma=False)(q_BxTxHxE, k_BxTxKxE, v_BxTxKxE)
+
+
+def attention(q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, scale=None, kernel: str = 'xla',
+              segment_ids=None):
+  """Causal softmax attention by `kernel` (see default_attention_kernel): 'splash' the
+  Pallas TPU kernel ('splash_interpret': the same kernel interpreted, on any backend);
+  'cudnn' cuDNN's fused kernel (bf16 or f16 inputs); 'blocked' the CPU query-blocked
+  composition (1.5x XLA's full masked composition, forward and backward, at T = 256);
+  'xla' XLA's full masked composition. Fallbacks to XLA's composition: splash when T is
+  not a multiple of 128, cuDNN for float32 inputs, blocked when T is not a multiple of its
+  block. No attention variant of the model needs explicit scores in the train step (the
+  QK-norm variants act on q and k, learnable scales on q); the analyses' attention entropy
+  computes its own probabilities. segment_ids (BxT ints, or None): document masking, no
+  query attends to a key of another segment (the blocked kernel or XLA's composition with
+  the mask; splash and cuDNN then fall back to XLA's composition)."""
+  if kernel not in ATTENTION_KERNELS:
+    raise ValueError(f'attention kernel {kernel!r}: allowed one of {", ".join(ATTENTION_KERNELS)}')
   t = q_BxTxHxE.shape[1]
-  backend = jax.default_backend()
-  if backend == 'cpu' and t > CPU_ATTENTION_BLOCK and t % CPU_ATTENTION_BLOCK == 0:
-    scale = q_BxTxHxE.shape[-1] ** -0.5 if scale is None else scale
+  scale = q_BxTxHxE.shape[-1] ** -0.5 if scale is None else scale
+  if kernel.startswith('splash') and t % SPLASH_BLOCKS[-1] == 0 and segment_ids is None:
+    return splash_attention(q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, scale, kernel == 'splash_interpret')
+  if kernel == 'blocked' and t > CPU_ATTENTION_BLOCK and t % CPU_ATTENTION_BLOCK == 0:
     return blocked_causal_attention(q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, scale, CPU_ATTENTION_BLOCK,
                                     segment_ids)
-  impl = None
-  if backend == 'gpu' and q_BxTxHxE.dtype in (jnp.bfloat16, jnp.float16) and segment_ids is None:
-    impl = 'cudnn'
+  fused = kernel == 'cudnn' and q_BxTxHxE.dtype in (jnp.bfloat16, jnp.float16) and segment_ids is None
   mask = None if segment_ids is None else document_mask(segment_ids)[:, 0]
   return jax.nn.dot_product_attention(q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, scale=scale, mask=mask,
-                                      is_causal=True, implementation=impl)
+                                      is_causal=True, implementation='cudnn' if fused else None)

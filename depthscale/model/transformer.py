@@ -96,7 +96,8 @@ class Attention(nn.Module):
     if self.is_mutable_collection('analysis'):  # explicit probabilities: analysis path only
       self.sow('analysis', 'attn_entropy', attention_entropy(q_BxTxHxE, k_BxTxKxE, scale))
     if depth is None:
-      o_BxTxHxE = ops.attention(q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, scale, segments_BxT)
+      o_BxTxHxE = ops.attention(q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, scale, cfg.attention_kernel,
+                                segments_BxT)
     else:
       o_BxTxHxE = depth(q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, scale, segments_BxT)
     o_BxTxHxE = inner_norms.heads(self, cfg, o_BxTxHxE)
@@ -192,7 +193,8 @@ class Block(nn.Module):
 def block_stack(cfg, collect_stats: bool):
   """The scanned (and optionally rematerialized) stack of cfg.num_layers blocks.
 
-  Up to cfg.unroll_max_layers blocks the scan is fully unrolled: straight-line code whose
+  Up to cfg.unroll_max_layers blocks (resolved by make_model: -1 = 16 when compiled for
+  CPU, 0 = never elsewhere) the scan is fully unrolled: straight-line code whose
   saved activations are not copied into per-layer stacks (a rolled scan writes each into a
   zero-filled [L, ...] buffer and reads it back), 1.06-1.14x per train step on CPU
   (benchmarks/NOTES.md); compile time then grows with depth, so deeper models stay rolled,
@@ -309,10 +311,23 @@ class Transformer(nn.Module):
     return self.unembed(x_BxTxD), stats
 
 
-def make_model(cfg, collect_stats: bool = False) -> Transformer:
-  """Builds the model from a full config (model section + data.seq_len)."""
+CPU_UNROLL_MAX_LAYERS = 16  # model.unroll_max_layers = -1 on CPU
+
+
+def make_model(cfg, collect_stats: bool = False, platform: str | None = None) -> Transformer:
+  """Builds the model from a full config (model section + data.seq_len) for devices of
+  `platform` (default: ops.platform_of(), the default devices). The platform resolves
+  model.attention_kernel='auto' and model.unroll_max_layers=-1 (rolled except on CPU) and
+  is kept as model.cfg.platform (sharding.make_plan checks it against the mesh)."""
+  platform = platform or ops.platform_of()
   model_cfg = cfg.model.copy_and_resolve_references()
+  model_cfg.unlock()
   model_cfg.qk_norm_seq_len = model_cfg.qk_norm_seq_len or cfg.data.seq_len
+  model_cfg.platform = platform
+  if model_cfg.attention_kernel == 'auto':
+    model_cfg.attention_kernel = ops.default_attention_kernel(platform)
+  if model_cfg.unroll_max_layers == -1:
+    model_cfg.unroll_max_layers = CPU_UNROLL_MAX_LAYERS if platform == 'cpu' else 0
   frozen = ml_collections.FrozenConfigDict(model_cfg)  # hashable: module attributes are static
   return Transformer(frozen, max_len=cfg.data.seq_len, collect_stats=collect_stats)
 

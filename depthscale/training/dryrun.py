@@ -1,21 +1,31 @@
-"""Ahead-of-time check of a ladder: compile every rung's train step for the configured
-mesh without training; report parameters, per-device memory, compile time, shardings."""
+"""Ahead-of-time check of a ladder: compile every rung's plain and statistics train steps
+for the configured mesh (this host's devices, or a TPU slice compiled for on any host)
+without training; report parameters, per-device memory and its fit, compile times, XLA's
+cost per step, an estimate of step time and MFU, and the shardings."""
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
+from depthscale.errors import ConfigError
 from depthscale.experiment import resolve
+from depthscale.model import ops
 from depthscale.model.transformer import make_model, param_counts
-from depthscale.training import sharding
+from depthscale.training import sharding, topology
 from depthscale.training.optim import make_optimizer, schedule
 from depthscale.training.steps import init_state, make_train_step
 
 GIB = float(1 << 30)
+ESTIMATE = ('estimate (not measured): step_s = max(F / peak_bf16, B / hbm_bw) per chip, F = '
+            'max(XLA flops, model flops), B = XLA bytes accessed (loop bodies scaled by trip '
+            'count); MFU = model flops / (step_s * peak_bf16), model flops = 6 N + 12 L T D per '
+            'token (N: matmul parameters); bf16 peak even for model.dtype=float32, whose '
+            'matmuls take several MXU passes')
 
 
 def abstract_batch(cfg, plan: sharding.Plan) -> dict:
@@ -27,39 +37,225 @@ def abstract_batch(cfg, plan: sharding.Plan) -> dict:
   return {k: jax.ShapeDtypeStruct(shape, dt, sharding=plan.batch) for k, dt in fields}
 
 
-def check_rung(cfg) -> tuple[dict[str, Any], list[str]]:
-  """Compiles the rung's train step (with per-layer statistics) on abstract arrays."""
-  model, tx = make_model(cfg, collect_stats=True), make_optimizer(cfg)
-  plan = sharding.make_plan(cfg, model, tx, init_state)
+def compile_step(cfg, collect_stats: bool, devices=None):
+  """(compiled train step, plan, compile seconds) on abstract arrays for `devices`."""
+  model = make_model(cfg, collect_stats, ops.platform_of(devices))
+  tx = make_optimizer(cfg)
+  plan = sharding.make_plan(cfg, model, tx, init_state, devices)
   state = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
                        plan.abstract_state, plan.state)
   t0 = time.perf_counter()
   compiled = plan.compile_train_step(make_train_step(model, tx, schedule(cfg)), state,
                                      abstract_batch(cfg, plan))
-  total, non_emb = param_counts(plan.abstract_state['params'])
+  return compiled, plan, time.perf_counter() - t0
+
+
+def memory(compiled) -> dict[str, float]:
+  """Per-device bytes of memory_analysis(): arguments, outputs, temporaries, aliased,
+  generated code and the peak they add up to (outputs aliasing donated arguments once)."""
   mem = compiled.memory_analysis()
-  sizes = {k: getattr(mem, f'{k}_size_in_bytes', 0) for k in
-           ('argument', 'output', 'temp', 'alias', 'generated_code')} if mem else {}
-  peak = (sizes['argument'] + sizes['output'] + sizes['temp'] - sizes['alias']
-          + sizes['generated_code']) if sizes else float('nan')
+  sizes = {k: float(getattr(mem, f'{k}_size_in_bytes', 0)) for k in
+           ('argument', 'output', 'temp', 'alias', 'generated_code')}
+  sizes['peak'] = (sizes['argument'] + sizes['output'] + sizes['temp'] - sizes['alias']
+                   + sizes['generated_code'])
+  return sizes
+
+
+def cost(compiled) -> tuple[float, float]:
+  """(flops, bytes accessed) per device of XLA's cost analysis (loop bodies counted once)."""
+  c = compiled.cost_analysis()
+  c = c[0] if isinstance(c, (list, tuple)) else c
+  return float(c.get('flops', 0.0)), float(c.get('bytes accessed', 0.0))
+
+
+def layer_scaled_cost(cfg, devices=None) -> tuple[float, float]:
+  """XLA's (flops, bytes) per device of the plain step with every layer counted: XLA counts
+  a while loop's body once, so the cost is extrapolated in depth from the same rung
+  compiled with 1 and 2 layers unrolled, c(L) = c(1) + (L - 1) (c(2) - c(1))."""
+  costs = []
+  for layers in (1, 2):
+    c = cfg.copy_and_resolve_references()
+    c.model.num_layers, c.model.unroll_max_layers = layers, layers
+    if c.model.residual == 'block_attn_res':
+      c.model.attn_res_blocks = min(c.model.attn_res_blocks, 2 * layers)
+    costs.append(cost(compile_step(c, False, devices)[0]))
+  (f1, b1), (f2, b2) = costs
+  n = cfg.model.num_layers
+  return f1 + (n - 1) * (f2 - f1), b1 + (n - 1) * (b2 - b1)
+
+
+def model_flops(cfg, params) -> float:
+  """Analytic train-step FLOPs, whole batch: 6 N + 12 L T D per token (PaLM's count: N the
+  parameters of the block matmuls and the LM head, the attention scores and values over the
+  full T x T), before rematerialization."""
+  m = cfg.model
+  _, non_embedding = param_counts(params)
+  norm_like = sum(x.size for x in jax.tree.leaves(params['blocks']) if x.ndim <= 2)
+  matmul = non_embedding - norm_like + m.vocab_size * m.d_model
+  per_token = 6 * matmul + 12 * m.num_layers * cfg.data.seq_len * m.d_model
+  return float(per_token * cfg.data.batch_size * cfg.data.seq_len)
+
+
+def estimate(flops: float, bytes_: float, model: float, chip: topology.Chip,
+             devices_per_chip: int) -> dict[str, float]:
+  """Roofline estimate per device (see ESTIMATE): step seconds and MFU."""
+  peak, bw = chip.peak_bf16_flops / devices_per_chip, chip.hbm_bytes_per_s / devices_per_chip
+  step_s = max(max(flops, model) / peak, bytes_ / bw)
+  return {'step_s': step_s, 'mfu': model / (step_s * peak)}
+
+
+def check_rung(cfg, devices=None, slice_: topology.Slice | None = None, scale_cost: bool = False,
+               compiled_out: dict | None = None) -> tuple[dict[str, Any], list[str]]:
+  """Compiles the rung's plain and statistics train steps (kept in compiled_out if given,
+  by kind); the report of both. scale_cost: also XLA's cost with every layer counted."""
+  steps, plan = {}, None
+  for kind, stats in (('plain', False), ('stats', True)):
+    compiled, plan, seconds = compile_step(cfg, stats, devices)
+    if compiled_out is not None:
+      compiled_out[kind] = compiled
+    flops, bytes_ = cost(compiled)
+    steps[kind] = {'compile_s': seconds, 'memory': memory(compiled), 'xla_flops': flops,
+                   'xla_bytes': bytes_, 'hlo_has_pallas': 'tpu_custom_call' in compiled.as_text()}
+  n_dev = plan.mesh.devices.size
+  total, non_emb = param_counts(plan.abstract_state['params'])
   report = {'params': total, 'non_embedding_params': non_emb, 'mesh': dict(plan.mesh.shape),
-            'compile_s': time.perf_counter() - t0, 'bytes_per_device': sizes,
-            'peak_bytes_per_device': peak}
+            'devices': n_dev, 'platform': plan.platform,
+            'device_kind': plan.mesh.devices.flat[0].device_kind, 'steps': steps,
+            'peak_bytes_per_device': max(s['memory']['peak'] for s in steps.values()),
+            'model_flops_per_device': model_flops(cfg, plan.abstract_state['params']) / n_dev}
+  if scale_cost:
+    report['xla_flops_per_device'], report['xla_bytes_per_device'] = layer_scaled_cost(cfg, devices)
+  if slice_ is not None:
+    per_chip = n_dev // (slice_.chips * slice_.num_slices)
+    report.update(slice=slice_.name, num_slices=slice_.num_slices, topology=slice_.topology,
+                  hbm_bytes_per_device=slice_.chip.hbm_bytes / per_chip)
+    report['fits'] = report['peak_bytes_per_device'] <= report['hbm_bytes_per_device']
+    if scale_cost:
+      report['estimate'] = estimate(report['xla_flops_per_device'], report['xla_bytes_per_device'],
+                                    report['model_flops_per_device'], slice_.chip, per_chip)
   return report, sharding.describe(plan)
 
 
-def dry_run(config_arg: str, overrides: dict | None = None, rung: str | None = None) -> list[dict]:
-  """Checks every selected rung; prints one block per rung and returns the reports."""
-  reports = []
+# Alternatives tried, cheapest first, for a rung that does not fit (each compiles both steps).
+def _alternatives(cfg) -> list[tuple[str, dict]]:
+  """(description, overrides): full remat, twice the fsdp axis (from data), half the batch."""
+  m, s = cfg.model, cfg.mesh
+  out = []
+  if m.remat != 'nothing_saveable':
+    out.append(('model.remat=nothing_saveable', {'model.remat': 'nothing_saveable'}))
+  if s.data != 1:
+    out.append((f'mesh.fsdp={2 * s.fsdp} (data axis halved)',
+                {'mesh.fsdp': 2 * s.fsdp, 'mesh.data': s.data if s.data == -1 else s.data // 2}))
+  if cfg.data.batch_size % 2 == 0:
+    out.append((f'data.batch_size={cfg.data.batch_size // 2} (half the per-chip batch)',
+                {'data.batch_size': cfg.data.batch_size // 2}))
+  return out
+
+
+def find_fit(cfg, devices, slice_) -> str | None:
+  """The first alternative (see _alternatives) whose two steps fit the chip's HBM."""
+  for name, overrides in _alternatives(cfg):
+    c = cfg.copy_and_resolve_references()
+    for key, value in overrides.items():
+      section, field = key.split('.')
+      c[section][field] = value
+    try:
+      report, _ = check_rung(c, devices, slice_, scale_cost=False)
+    except ConfigError:
+      continue
+    if report['fits']:
+      return f'{name}: peak {report["peak_bytes_per_device"] / GIB:.2f} GiB'
+  return None
+
+
+def _line(rung: str, r: dict) -> str:
+  """One table row of a rung's report."""
+  mem = lambda b: f'{b / GIB:8.2f}'
+  plain, stats = r['steps']['plain'], r['steps']['stats']
+  row = (f'{rung:<16} {r["params"] / 1e6:8.1f} {str(tuple(r["mesh"].values())):<14} '
+         f'{plain["compile_s"]:6.0f} {stats["compile_s"]:6.0f} {mem(plain["memory"]["argument"])} '
+         f'{mem(plain["memory"]["temp"])} {mem(stats["memory"]["temp"])} '
+         f'{mem(r["peak_bytes_per_device"])}')
+  if 'fits' in r:
+    row += f' {mem(r["hbm_bytes_per_device"])} {"FITS" if r["fits"] else "DOES NOT FIT":<12}'
+  if 'xla_flops_per_device' in r:
+    row += (f' {r["xla_flops_per_device"] / 1e12:8.2f} {r["model_flops_per_device"] / 1e12:8.2f}'
+            f' {r["xla_bytes_per_device"] / 1e9:8.1f}')
+  if 'estimate' in r:
+    row += f' {r["estimate"]["step_s"]:8.3f} {100 * r["estimate"]["mfu"]:5.1f}'
+  return row
+
+
+HEADER = (f'{"rung":<16} {"params_M":>8} {"mesh d,f,t":<14} {"c_plain":>6} {"c_stats":>6} '
+          f'{"arg_GiB":>8} {"tmp_GiB":>8} {"tmpS_GiB":>8} {"peak_GiB":>8}')
+
+
+def dry_run(config_arg: str, overrides: dict | None = None, rung: str | None = None,
+            topology_name: str | None = None, num_slices: int = 1,
+            json_path: str | None = None, shardings: bool = True,
+            scale_cost: bool = True) -> list[dict]:
+  """Checks every selected rung (for a TPU slice if topology_name is given); prints a table
+  row per rung (and its shardings), returns the reports, and writes them to json_path.
+  scale_cost (TPU): XLA's cost with every layer counted and the step-time estimate."""
+  devices = slice_ = None
+  overrides = dict(overrides or {})
+  if topology_name:
+    slice_ = topology.parse(topology_name, num_slices)
+    if num_slices > 1:
+      overrides.setdefault('mesh.dcn_data', num_slices)
+    devices = topology.devices(slice_)
+  header = HEADER + (f' {"HBM_GiB":>8} {"fit":<12} {"xlaTFLOP":>8} {"modTFLOP":>8} {"xla_GB":>8}'
+                     f' {"step_s":>8} {"MFU%":>5}' if slice_ else '')
+  where = (f'{slice_.name} x {num_slices} ({slice_.topology}, {len(devices)} devices)'
+           if slice_ else f'{jax.device_count()} {jax.devices()[0].platform} devices')
+  print(f'dry run on {where}; memory per device, compile times (c_*) in s', flush=True)
+  reports, seen = [], {}
   for r, cfg in resolve(config_arg, overrides, rung):
-    report, lines = check_rung(cfg)
-    b = report['bytes_per_device']
-    print(f'rung {r.name}: {report["params"]:,} params ({report["non_embedding_params"]:,} '
-          f'non-embedding) on mesh {report["mesh"]} of {jax.device_count()} '
-          f'{jax.devices()[0].platform} devices; compiled in {report["compile_s"]:.1f} s', flush=True)
-    if b:
-      print('  per device: ' + ', '.join(f'{k} {v / GIB:.3f} GiB' for k, v in b.items())
-            + f'; predicted peak {report["peak_bytes_per_device"] / GIB:.3f} GiB', flush=True)
-    print('\n'.join(lines), flush=True)
+    key = _shape_key(cfg)
+    if key not in seen:
+      report, lines = check_rung(cfg, devices, slice_, scale_cost and slice_ is not None)
+      if slice_ is not None and not report['fits']:
+        report['to_fit'] = find_fit(cfg, devices, slice_) or 'none of the alternatives tried'
+      seen[key] = (report, lines)
+    report, lines = seen[key]
+    if not reports:
+      print(header, flush=True)
+    print(_line(r.name, report), flush=True)
+    if 'to_fit' in report:
+      print(f'  to fit: {report["to_fit"]}', flush=True)
+    if shardings:
+      print('\n'.join(lines), flush=True)
     reports.append({'rung': r.name, **report})
+    if json_path:  # after every rung: a long dry run keeps what it has done
+      with open(json_path, 'w') as f:
+        json.dump({'config': config_arg, 'topology': topology_name, 'num_slices': num_slices,
+                   'estimate': ESTIMATE, 'rungs': reports}, f, indent=2)
+  if slice_ is not None and scale_cost:
+    print(ESTIMATE, flush=True)
   return reports
+
+
+# Fields that change no compiled shape, memory or cost (values only): rungs differing only
+# here share one check.
+VALUE_ONLY = (('train', 'seed'), ('optim', 'lr'), ('optim', 'warmup_steps'), ('model', 'init_std'))
+
+
+def _shape_key(cfg) -> str:
+  c = cfg.copy_and_resolve_references()
+  for section, field in VALUE_ONLY:
+    c[section][field] = type(c[section][field])(0)
+  return c.to_json_best_effort(sort_keys=True)
+
+
+def summary(record: dict) -> str:
+  """The one-sentence result of a recorded dry run (a --dry_run_json file) that experiment
+  docstrings quote: fit on the slice, peak memory and the estimated step time range."""
+  rungs, name = record['rungs'], record['topology']
+  fit = all(r['fits'] for r in rungs)
+  peak = max(r['peak_bytes_per_device'] for r in rungs) / GIB
+  hbm = rungs[0]['hbm_bytes_per_device'] / GIB
+  steps = [r['estimate']['step_s'] for r in rungs]
+  where = f'{name} x {record["num_slices"]}' if record['num_slices'] > 1 else name
+  return (f'TPU dry run on {where}: {"every rung fits" if fit else "not every rung fits"} '
+          f'(peak {peak:.1f} GiB of {hbm:.1f} GiB per chip); estimated step '
+          f'{min(steps):.3g}-{max(steps):.3g} s (roofline estimate, not measured).')

@@ -32,8 +32,8 @@ def single_arena() -> bool:
   return _mallopt((_M_ARENA_MAX, 1))
 
 
-def keep_freed_memory() -> bool:
+def keep_freed_memory(target: str = 'cpu') -> bool:
   """No mmap-backed chunks, no trimming: freed memory stays for reuse, RSS stays at its
-  peak. Call once the steps are compiled; whether applied (glibc and not opted out with
-  $DEPTHSCALE_RETURN_FREED_MEMORY=1)."""
-  return _mallopt((_M_MMAP_MAX, 0), (_M_TRIM_THRESHOLD, -1))
+  peak. Call once the steps are compiled for platform `target`; whether applied (a CPU
+  target, glibc and not opted out with $DEPTHSCALE_RETURN_FREED_MEMORY=1)."""
+  return target == 'cpu' and _mallopt((_M_MMAP_MAX, 0), (_M_TRIM_THRESHOLD, -1))

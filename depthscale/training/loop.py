@@ -237,7 +237,7 @@ class _Run:
     self.analyzer = Analyzer(model, p, init_blocks, self.eval_set[0],
                              cfg.metrics.analysis_batch_size, t.seed
                              ) if cfg.metrics.analysis_every else None
-    host_memory.keep_freed_memory()  # the steps' buffers are reused from here on
+    host_memory.keep_freed_memory(p.platform)  # the steps' buffers are reused from here on
     distributed.barrier('compiled', COMPILE_WAIT_S)  # start the first collectives together
     self.analysis_scalars: dict[str, float] = {}
     self.tokens_per_step = cfg.data.batch_size * cfg.data.seq_len

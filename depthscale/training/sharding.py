@@ -148,6 +148,11 @@ class Plan:
   batch: NamedSharding
   replicated: NamedSharding
 
+  @property
+  def platform(self) -> str:
+    """The platform of the mesh's devices: the target every compile is made for."""
+    return self.mesh.devices.flat[0].platform
+
   @contextlib.contextmanager
   def context(self) -> Iterator[None]:
     """Mesh and rules in scope while tracing, for the model's activation constraints."""
@@ -165,7 +170,8 @@ class Plan:
     (arguments may be abstract); what every program of a rung goes through."""
     with self.context():
       return jax.jit(fn, donate_argnums=donate_argnums, in_shardings=in_shardings,
-                     out_shardings=out_shardings).lower(*args).compile(ops.compiler_options())
+                     out_shardings=out_shardings).lower(*args).compile(
+                         ops.compiler_options(self.platform))
 
   def compile_train_step(self, step_fn, state, batch):
     """state, batch -> (state, out): the state is donated and outputs are replicated."""
@@ -216,8 +222,13 @@ def check_mesh(cfg, devices=None) -> None:
 def make_plan(cfg, model: nn.Module, tx: optax.GradientTransformation, init_fn,
               devices=None) -> Plan:
   """The plan of a rung: mesh from cfg.mesh, state shardings from the parameters'
-  logical names (optimizer state follows its parameter); checks replication."""
+  logical names (optimizer state follows its parameter); checks replication and that the
+  model was built for the devices' platform (make_model(..., platform=...))."""
   mesh = make_mesh(cfg.mesh, devices)
+  target = mesh.devices.flat[0].platform
+  if model.cfg.platform != target:
+    raise ValueError(f'the model was built for {model.cfg.platform} but the mesh has {target} '
+                     f'devices: make_model(cfg, platform={target!r})')
   rules = rules_of(cfg.mesh)
   t = cfg.data.seq_len
   batch_axes = batch_spec(cfg.data.batch_size, mesh, rules)

@@ -1,0 +1,111 @@
+"""Dry run: XLA's cost scaled by the layer loop's trip count agrees with the unrolled program
+and the analytic count; TPU slices by name; with libtpu, a small ladder compiled for a
+4-chip and a two-slice TPU topology on fsdp x tensor meshes (the Pallas kernel inside, no
+CPU options, the table's memory = memory_analysis())."""
+
+import json
+
+import pytest
+
+from depthscale.experiment import resolve
+from depthscale.model import ops
+from depthscale.training import dryrun, topology
+from tests.helpers import tiny_config
+
+
+def _cost_config(**overrides):
+  return tiny_config(**{'model.d_model': 128, 'model.num_layers': 3, 'data.seq_len': 128,
+                        'model.attention_kernel': 'xla', 'model.unroll_max_layers': 0,
+                        'model.vocab_size': 128, **overrides})
+
+
+def test_layer_scaled_cost_equals_the_unrolled_program_and_the_analytic_flops():
+  """XLA counts the rolled loop's body once; c(1) + (L - 1) (c(2) - c(1)) counts every layer."""
+  cfg = _cost_config()
+  flops, bytes_ = dryrun.layer_scaled_cost(cfg)
+  compiled, plan, _ = dryrun.compile_step(_cost_config(**{'model.unroll_max_layers': 3}), False)
+  unrolled_flops, unrolled_bytes = dryrun.cost(compiled)
+  assert flops == pytest.approx(unrolled_flops, rel=0.02)
+  assert bytes_ == pytest.approx(unrolled_bytes, rel=0.25)  # fusion differs a little
+  assert dryrun.model_flops(cfg, plan.abstract_state['params']) == pytest.approx(flops, rel=0.15)
+
+
+def test_slice_names_count_cores_on_v4_v5p_and_chips_on_v5e_v6e():
+  got = {n: (topology.parse(n).chips, topology.parse(n).topology)
+         for n in ('v5p-8', 'v5p-64', 'v4-128', 'v5e-256', 'v6e-16', 'v5e-1')}
+  assert got == {'v5p-8': (4, 'v5p:2x2x1'), 'v5p-64': (32, 'v5p:2x4x4'),
+                 'v4-128': (64, 'v4:4x4x4'), 'v5e-256': (256, 'v5e:16x16'),
+                 'v6e-16': (16, 'v6e:4x4'), 'v5e-1': (1, 'v5e:1x1')}
+  assert topology.INSTALL_HINT.startswith('pip install "jax[tpu]==')
+  for bad in ('v5p-4', 'v5e-12', 'v9-8', 'tpu'):
+    with pytest.raises(ValueError, match='--topology'):
+      topology.parse(bad)
+
+
+LADDER = '''
+from depthscale.ladder import Rung
+from tests.helpers import tiny_config
+
+def get_config(arg=None):
+  return tiny_config(**{'model.d_model': 128, 'model.num_heads': 4, 'model.num_kv_heads': 2,
+                        'data.seq_len': 128, 'data.batch_size': 8, 'model.dtype': 'bfloat16',
+                        'mesh.data': -1, 'mesh.fsdp': 2, 'mesh.tensor': 2})
+
+def get_ladder(arg=None):
+  return [Rung('L1', {'model.num_layers': 1}), Rung('L2', {'model.num_layers': 2})]
+'''
+
+needs_libtpu = pytest.mark.skipif(not topology.has_libtpu(), reason=topology.INSTALL_HINT)
+
+
+def _check_tpu_report(r, slices):
+  assert r['platform'] == 'tpu' and r['devices'] == 4 * slices and r['fits']
+  assert r['mesh'] == {'data': slices, 'fsdp': 2, 'tensor': 2}
+  assert all(s['hlo_has_pallas'] for s in r['steps'].values())  # splash attention
+
+
+@needs_libtpu
+@pytest.mark.filterwarnings('ignore:Error reading persistent compilation cache')
+def test_small_ladder_compiles_for_a_4_chip_slice(tmp_path):
+  """v5p-8 (4 chips), fsdp 2 x tensor 2: every rung's two steps hold the Pallas kernel; the
+  JSON table is what dry_run returned."""
+  path, out = tmp_path / 'ladder.py', tmp_path / 'dry.json'
+  path.write_text(LADDER)
+  reports = dryrun.dry_run(str(path), None, None, 'v5p-8', 1, str(out), shardings=False,
+                           scale_cost=False)
+  assert [r['rung'] for r in reports] == ['L1', 'L2']
+  assert json.loads(out.read_text())['rungs'] == json.loads(json.dumps(reports))
+  for r in reports:
+    _check_tpu_report(r, 1)
+  assert reports[1]['peak_bytes_per_device'] > reports[0]['peak_bytes_per_device']
+
+
+@needs_libtpu
+@pytest.mark.filterwarnings('ignore:Error reading persistent compilation cache')
+def test_two_slice_topology_table_memory_is_memory_analysis(tmp_path):
+  """v5e-4 x 2 slices over DCN (data 2 = mesh.dcn_data), fsdp 2 x tensor 2: the report's
+  memory is memory_analysis() of the compiled programs, which have no CPU options."""
+  path = tmp_path / 'ladder.py'
+  path.write_text(LADDER)
+  s = topology.parse('v5e-4', 2)
+  (_, cfg), = resolve(str(path), {'mesh.dcn_data': 2}, 'L2')
+  compiled = {}
+  report, _ = dryrun.check_rung(cfg, topology.devices(s), s, compiled_out=compiled)
+  _check_tpu_report(report, 2)
+  for kind, c in compiled.items():
+    mem, table = c.memory_analysis(), report['steps'][kind]['memory']
+    assert (table['argument'], table['temp'], table['output'], table['alias']) == (
+        mem.argument_size_in_bytes, mem.temp_size_in_bytes, mem.output_size_in_bytes,
+        mem.alias_size_in_bytes)
+    assert 'onednn' not in c.as_text().lower()
+  assert ops.compiler_options(report['platform']) is None
+
+
+def test_estimate_is_the_roofline_of_the_chip():
+  """step_s = max(F / peak, B / bw) with F = max(XLA, model) flops; MFU = model / (step_s peak)."""
+  chip = topology.CHIPS['v5p']
+  compute_bound = dryrun.estimate(2 * chip.peak_bf16_flops, 1e9, chip.peak_bf16_flops, chip, 1)
+  assert compute_bound == pytest.approx({'step_s': 2.0, 'mfu': 0.5})
+  memory_bound = dryrun.estimate(1e12, 4 * chip.hbm_bytes_per_s, 2e12, chip, 2)
+  assert memory_bound['step_s'] == pytest.approx(8.0)
+  assert memory_bound['mfu'] == pytest.approx(2e12 / (8.0 * chip.peak_bf16_flops / 2))
