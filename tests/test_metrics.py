@@ -9,9 +9,9 @@ import optax
 import pytest
 
 from depthscale.model.stats import (attention_entropy, block_stats, record_saturation,
+                                    saturation_per_layer)
 from depthscale.model.transformer import make_model
 from depthscale.training.optim import make_optimizer, schedule
-                              saturation_per_layer)
 from depthscale.training.steps import init_state, make_train_step, weighted_loss
 from tests.helpers import tiny_config
 

@@ -113,6 +113,7 @@ def test_denseformer_at_init_equals_standard_exactly():
   np.testing.assert_array_equal(logits, ref)
 
 
+@covers('residual.DESIGNS', 'denseformer')
 @pytest.mark.parametrize('index', [1, 2, 3, 4])
 def test_dwa_averages_block_outputs_of_its_dilation_group(index):
   """Y_i = sum_{j <= i, j = i mod k} alpha_ij X_j when p | i, else X_i (float64 ref)."""
@@ -143,6 +144,7 @@ def _attn_res_sources_for(k: int, sizes: list[int]) -> tuple[list[int], bool]:
   raise ValueError(k)
 
 
+@covers('residual.DESIGNS', 'block_attn_res', 'attn_res')
 @pytest.mark.parametrize('blocks', [1, 2, 4, 6])
 def test_attn_res_zero_query_averages_sources_uniformly(blocks):
   """Block AttnRes with w = 0 reads the uniform mean of its sources; L_sub = 6 sublayers,
@@ -168,6 +170,7 @@ def test_attn_res_zero_query_averages_sources_uniformly(blocks):
     np.testing.assert_allclose(after, expect, rtol=1e-5, atol=1e-5)
 
 
+@covers('residual.DESIGNS', 'attn_res')
 def test_attn_res_weights_are_softmax_of_query_dot_rmsnormed_keys():
   cfg = tiny_config(**{'model.residual': 'attn_res'}).model
   sources = _rand(10, (4, 2, 3, 8))
@@ -182,6 +185,8 @@ def test_attn_res_weights_are_softmax_of_query_dot_rmsnormed_keys():
   np.testing.assert_allclose(h, np.einsum('sbt,sbtd->btd', p, sources[valid]), rtol=1e-4, atol=1e-5)
 
 
+@covers('residual.DESIGNS', 'laurel')
+@covers('residual.LAURELS', *residual.LAURELS)
 @pytest.mark.parametrize('variant', ['rw', 'lr', 'pa', 'rw_lr'])
 def test_laurel_equations(variant):
   """rw: alpha F + beta x with (alpha, beta) = 2 softmax; lr: F + x + B A x; rw_lr:
@@ -210,6 +215,7 @@ def test_laurel_equations(variant):
   np.testing.assert_allclose(out['x'], alpha * f + beta * skip, rtol=1e-4, atol=1e-4)
 
 
+@covers('residual.VALUE_RESIDUALS', 'resformer', 'svformer', 'satformer')
 def test_value_residual_formulas():
   v, v1, gate = _rand(20, (2, 3, 2, 4)), _rand(21, (2, 3, 2, 4)), _rand(22, (2, 3, 2))
   expected = {'resformer': 0.5 * v1 + 0.5 * v, 'svformer': v1,
@@ -243,6 +249,7 @@ def test_satformer_with_zero_gate_weights_is_standard():
   np.testing.assert_array_equal(logits, ref)
 
 
+@covers('residual.PARALLEL_BLOCKS', 'gptj', 'neox')
 @pytest.mark.parametrize('form', ['gptj', 'neox'])
 def test_parallel_block_equations(form):
   """gptj: x + Attn(N(x)) + MLP(N(x)); neox: x + Attn(N1(x)) + MLP(N2(x))."""
