@@ -37,8 +37,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from depthscale.model import ops, residual
-from depthscale.model.placements import layer_schedule
-from depthscale.model.transformer import Block, Transformer
+from depthscale.model.transformer import Block, Transformer, scan_inputs
+from depthscale.training import dynamics
 from depthscale.training.steps import weighted_loss
 
 KL_THRESHOLD = 0.5  # tau of ED_KL (the "What affects" table uses 0.5)
@@ -81,11 +81,12 @@ def logit_lens(log_p_VxT, log_p_final_VxT):
   return jnp.mean(kl), jnp.mean(overlap)
 
 
-def make_analysis_fn(model: Transformer) -> Callable[[Any, dict, jax.Array], dict]:
-  """(params, batch, key) -> per-layer analyses (length-L arrays), jittable as one function."""
+def make_analysis_fn(model: Transformer, full_cfg=None) -> Callable[..., dict]:
+  """(params, batch, key, step) -> per-layer analyses (length-L arrays), jittable as one
+  function. With full_cfg (the whole config) the blocks run as eval runs them at `step`:
+  the step's per-layer inputs (ProRes alpha, BranchNorm's a_t; no drops)."""
   cfg = model.cfg
   block, stat_block = Block(cfg), Block(cfg, collect_stats=True)
-  schedule = layer_schedule(cfg)
   view = residual.DESIGNS[cfg.residual].view  # the one stream of a residual design's carry
 
   def run_block(p_l, carry, layer):
@@ -109,7 +110,7 @@ def make_analysis_fn(model: Transformer) -> Callable[[Any, dict, jax.Array], dic
   def apply(params, *args, method):
     return model.apply({'params': params}, *args, method=method)
 
-  def skipped_loss(params, carry0, batch, skip):
+  def skipped_loss(params, carry0, batch, schedule, skip):
     """Loss with block `skip` (0-based) replaced by the identity."""
     def body(carry, xs):
       p_l, layer, l = xs
@@ -120,7 +121,10 @@ def make_analysis_fn(model: Transformer) -> Callable[[Any, dict, jax.Array], dic
     logits = apply(params, apply(params, carry, method=Transformer.finish), method=Transformer.unembed)
     return weighted_loss(logits, batch)
 
-  def analyse(params, batch, key) -> dict:
+  def analyse(params, batch, key, step=0) -> dict:
+    inputs = None if full_cfg is None else dynamics.layer_inputs(
+        full_cfg, step, jax.random.PRNGKey(0), batch['inputs'].shape[0], False)
+    schedule = scan_inputs(cfg, inputs)
     carry0 = apply(params, apply(params, batch['inputs'], method=Transformer.embed),
                    method=Transformer.start)
     keys = jax.random.split(key, cfg.num_layers)
@@ -133,7 +137,8 @@ def make_analysis_fn(model: Transformer) -> Callable[[Any, dict, jax.Array], dic
     log_p_final = jax.nn.log_softmax(final_logits, axis=-1)
     kl, top5 = jax.lax.map(lambda h: logit_lens(log_softmax(h), log_p_final), h_LxBxTxD)
     base = weighted_loss(final_logits, batch)
-    skip = jax.lax.map(lambda s: skipped_loss(params, carry0, batch, s), jnp.arange(cfg.num_layers))
+    skip = jax.lax.map(lambda s: skipped_loss(params, carry0, batch, schedule, s),
+                       jnp.arange(cfg.num_layers))
     acts = h_LxBxTxD.reshape(cfg.num_layers, -1, h_LxBxTxD.shape[-1]).astype(jnp.float32)
     mats = [erank(as_matrix(w, cfg.d_model)) for w in jax.tree.leaves(params['blocks']) if w.ndim >= 3]
     return {**per,
@@ -206,14 +211,15 @@ def effective_depths(per_layer: dict[str, np.ndarray]) -> dict[str, float]:
 class Analyzer:
   """Runs the compiled analyses on a fixed batch; keeps the initial block weights on host."""
 
-  def __init__(self, model: Transformer, init_blocks, batch: dict, seed: int):
+  def __init__(self, model: Transformer, init_blocks, batch: dict, seed: int, full_cfg=None):
     self.init_blocks = init_blocks
     self.batch, self.key = batch, jax.random.PRNGKey(seed)
-    self.fn = jax.jit(make_analysis_fn(model))
+    self.fn = jax.jit(make_analysis_fn(model, full_cfg))
 
-  def __call__(self, params) -> tuple[dict[str, list[float]], dict[str, float]]:
-    """(per-layer metrics as lists, block 1 first; effective-depth scalars)."""
-    per = jax.device_get(self.fn(params, self.batch, self.key))
+  def __call__(self, params, step=0) -> tuple[dict[str, list[float]], dict[str, float]]:
+    """(per-layer metrics as lists, block 1 first; effective-depth scalars) of the model as
+    trained at `step` (the number of updates applied to params)."""
+    per = jax.device_get(self.fn(params, self.batch, self.key, step))
     per = {k: np.asarray(v, np.float64) for k, v in per.items()}
     per['param_rotation'] = param_rotation(jax.device_get(params['blocks']), self.init_blocks)
     scalars = effective_depths(per)

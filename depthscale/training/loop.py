@@ -208,7 +208,7 @@ class _Run:
           self.state['params'], self.eval_set[0], self.state['step']).compile(ops.compiler_options())
     host_memory.keep_freed_memory()  # the steps' buffers are reused from here on
     self.analyzer = Analyzer(model, init_blocks, jax.tree.map(
-        lambda a: a[:cfg.metrics.analysis_batch_size], self.eval_set[0]), t.seed
+        lambda a: a[:cfg.metrics.analysis_batch_size], self.eval_set[0]), t.seed, cfg
                              ) if cfg.metrics.analysis_every else None
     self.analysis_scalars: dict[str, float] = {}
     self.tokens_per_step = cfg.data.batch_size * cfg.data.seq_len
@@ -299,7 +299,7 @@ class _Run:
   def _analyse(self, step: int) -> None:
     """Periodic analyses of the current parameters, recorded at `step` (before its update)."""
     t0 = time.perf_counter()
-    layers, self.analysis_scalars = self.analyzer(self.state['params'])
+    layers, self.analysis_scalars = self.analyzer(self.state['params'], self.state['step'])
     if self.lead:
       self.logs.log_analysis(step, layers, self.analysis_scalars)
     self.clock['busy'] += time.perf_counter() - t0
