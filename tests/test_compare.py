@@ -77,7 +77,8 @@ def test_compare_prints_table_and_writes_pngs(ladder, capsys):
     assert int(cell['params'].replace(',', '')) == s['params']
     assert int(cell['non_emb_params'].replace(',', '')) == s['non_embedding_params']
     for kind in ('kl', 'skip'):
-      assert float(cell[f'ed_{kind}']) == pytest.approx(s[f'final_effective_depth_{kind}'], rel=1e-5)
+      expect = s[f'final_effective_depth_{kind}']
+      assert float(cell[f'ed_{kind}']) == pytest.approx(expect, rel=1e-5)
   for name in ('loss_vs_depth.png', 'profiles.png'):
     img = matplotlib.image.imread(ladder / 'compare' / name)
     assert img.shape[0] > 100 and img.shape[1] > 100

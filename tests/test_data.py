@@ -273,7 +273,8 @@ def test_sentencepiece_tokenizer_encodes_a_text_source(corpus, tmp_path):
   np.testing.assert_array_equal(tok.encode(text.encode()), sp.encode(text))
   cfg = make_cfg(source=f'text:{corpus}', tokenizer=path, seq_len=32)
   data.validate(cfg, 64, process_count=1)
-  ids = np.concatenate([sp.encode(open(p).read()) + [sp.eos_id()] for p in sorted(glob.glob(corpus))])
+  ids = np.concatenate([sp.encode(open(p).read()) + [sp.eos_id()]
+                        for p in sorted(glob.glob(corpus))])
   window = next(data.train_iterator(cfg, seed=0))['inputs'][0]
   assert window.max() < 64 and any(np.array_equal(ids[i:i + 32], window)
                                    for i in range(0, len(ids) - 32, 33))

@@ -255,7 +255,8 @@ def test_layerskip_curricula_exp_ramps_in_time_and_none_is_constant():
   for t in (0, 4, 8):
     exp = dynamics.layerskip_rates(tiny_config(**base), t)
     np.testing.assert_allclose(exp, (2.0 ** (t / 8) - 1) * depth, rtol=1e-5, atol=1e-7)
-    none = dynamics.layerskip_rates(tiny_config(**{**base, 'train.layerskip_curriculum': 'none'}), t)
+    none_cfg = tiny_config(**{**base, 'train.layerskip_curriculum': 'none'})
+    none = dynamics.layerskip_rates(none_cfg, t)
     np.testing.assert_allclose(none, depth, rtol=1e-6)
 
 
@@ -311,8 +312,8 @@ def test_llr_multipliers_follow_the_recompute_and_transition_schedule():
       lambda p: llr.target_multipliers(cfg, p), params))
   since = 0
   for c in range(12):
-    p = jax.tree.map(lambda a, c=c: a * (1 + 0.5 * jax.random.normal(jax.random.PRNGKey(c), a.shape)),
-                     params)  # new weights every step: new targets at each recompute
+    noise = lambda a, c=c: 1 + 0.5 * jax.random.normal(jax.random.PRNGKey(c), a.shape)
+    p = jax.tree.map(lambda a: a * noise(a), params)  # new weights: new targets at recomputes
     frac = lambda: min(max((c - since) / 2, 0.0), 1.0)
     if c % 3 == 0 and c <= 7:
       now = jax.tree.map(lambda s, t: s + (t - s) * frac(), start, target)

@@ -192,7 +192,8 @@ def _matrix_stds(params) -> dict[str, np.ndarray]:
   b = params['blocks']
   mats = {'q': b['attn']['q'], 'k': b['attn']['kv'][:, :, 0], 'v': b['attn']['kv'][:, :, 1],
           'o': b['attn']['o'], 'wi': b['mlp']['wi'], 'wo': b['mlp']['wo']}
-  out = {k: np.std(np.asarray(m, np.float64).reshape(m.shape[0], -1), axis=1) for k, m in mats.items()}
+  out = {k: np.std(np.asarray(m, np.float64).reshape(m.shape[0], -1), axis=1)
+         for k, m in mats.items()}
   out['embedding'] = np.std(np.asarray(params['embedding'], np.float64))
   return out
 
