@@ -5,11 +5,13 @@ increasing layer dropout plus an early-exit loss). Backs notebooks/training_dyna
 Run (arg = smoke | cpu | paper; default cpu):
   python -m depthscale.main --config=experiments/repro_training_dynamics.py:cpu --workdir=runs/training_dynamics
 
-Runtime: see notebooks/training_dynamics.py and the README (cpu: 4 variants x 3 seeds,
+Runtime: see notebooks/training_dynamics.py and the README (cpu: 5 variants x 3 seeds,
 L8 d64, 300 steps).
 Expected result (measured, cpu): under ProRes the deep blocks' update ratio stays near 0
 until their warmup starts; LayerDrop makes skipping a single block cost less loss;
-LayerSkip brings the early layers' logit-lens predictions closer to the final ones.
+LayerSkip brings the early layers' logit-lens predictions closer to the final ones (and,
+at the smoke size, closer than its control layerskip_no_exit: the same layer dropout
+without the early-exit loss).
 """
 
 from depthscale.ladder import Rung, cross
@@ -31,6 +33,8 @@ def variants(arg: str | None) -> dict[str, dict]:
       'prores': {'train.prores': 'linear', 'train.prores_warmup_steps': steps // 2},
       'layerdrop': {'train.layerdrop': 0.2},
       'layerskip': {'train.layerskip_p_max': 0.2, 'train.early_exit_scale': 0.1},
+      # control: LayerSkip's layer dropout without its early-exit loss
+      'layerskip_no_exit': {'train.layerskip_p_max': 0.2, 'train.early_exit_scale': 0.0},
   }
 
 

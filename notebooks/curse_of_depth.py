@@ -137,12 +137,12 @@ notebook.save(fig, OUT, 'act_var_heatmap')
 
 # %%
 fig, ax = plt.subplots(figsize=(5.5, 3.8))
-skip_ratio = {}
+skip_gap = {}  # nats, first quarter minus last half (a ratio of near-zero means is unstable)
 for v in variants:
   profs = np.array([notebook.profile(layers, r, 'skip_delta_loss', 'last') for r in seeds[v]])
   n = profs.shape[1]
   ax.semilogy(np.arange(1, n + 1), np.maximum(profs.mean(0), 1e-4), marker='o', label=v)
-  skip_ratio[v] = list(profs[:, : n // 4].mean(1) / profs[:, n // 2:].mean(1))
+  skip_gap[v] = list(profs[:, : n // 4].mean(1) - profs[:, n // 2:].mean(1))
   print(f'{v:>10}: loss cost of skipping one block, first quarter '
         f'{notebook.mean_std(profs[:, : n // 4].mean(1))} nats, last half '
         f'{notebook.mean_std(profs[:, n // 2:].mean(1))} nats')
@@ -179,9 +179,15 @@ for v in variants:
 
 # %% [markdown]
 # ## 7. Assertions on the mechanism
-# Thresholds sit far outside the spread measured over 3 seeds (numbers in the README).
+# Thresholds sit far outside the spread measured over seeds 0, 1, 2 at the `cpu` size
+# (numbers in the README); CI runs seed 0 alone in smoke mode. The skip check is a
+# difference in nats, SKIP_GAP: in smoke mode Pre-LN's first-quarter minus last-half skip
+# cost was 0.075 nats (Mix-LN 0.0008; one run, no spread).
 
 # %%
+SKIP_GAP = 0.01  # nats
+
+
 def depth_rank_correlation(values: np.ndarray) -> float:
   """Spearman correlation between a per-block profile and the block index."""
   return float(np.corrcoef(np.argsort(np.argsort(values)), np.arange(len(values)))[0, 1])
@@ -199,7 +205,7 @@ deep_var = {v: {s: [notebook.profile(layers, r, 'act_var', s)[-1] for r in seeds
 assert max(deep_var['lns']['first']) < min(deep_var['pre_ln']['first']), f'LNS init: {deep_var}'
 assert max(deep_var['lns']['last']) < min(deep_var['pre_ln']['last']), f'LNS trained: {deep_var}'
 assert 2 * max(growth['lns']['last']) < min(growth['pre_ln']['last']), f'LNS growth: {growth}'
-assert min(skip_ratio['pre_ln']) > 3, f'Pre-LN late blocks are not cheaper to skip: {skip_ratio}'
+assert min(skip_gap['pre_ln']) > SKIP_GAP, f'Pre-LN late blocks are not cheaper to skip: {skip_gap}'
 print('mechanism assertions passed')
 
 # %% [markdown]

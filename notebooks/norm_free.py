@@ -34,10 +34,14 @@
 # 20k steps; use `--config.data.source=text:GLOB`). The default `cpu` size is L 8, d 64,
 # 300 steps, 3 seeds; `DEPTHSCALE_SMOKE=1` shrinks it.
 #
-# **What this notebook asserts.** DyT and Derf train without any normalization (finite
-# eval loss, more than 1 nat below the loss at init); their saturated fraction per block
+# **What this notebook asserts.** DyT and Derf train without any normalization: eval loss
+# more than UNIGRAM_MARGIN below the unigram entropy of the data (the loss of a model that
+# ignores the context, which a 1-nat drop from the init loss of ln 256 would still allow);
+# their saturated fraction per block
 # (share of |tanh| or |erf| above 0.99) starts near 0 at init and becomes substantial
 # during training: the bounding is active. Loss rankings are reported, not asserted.
+# Seeds: 0, 1, 2 at the `cpu` size; seed 0 alone in smoke mode (CI), where the unigram
+# entropy is 4.38 and DyT / Derf reached 4.07 / 4.06 (one run, no spread).
 #
 # **Measured at the `cpu` size (3 seeds, alpha0 = 1 everywhere, 508 s with another notebook
 # running).** Eval loss LayerNorm 2.35 +- 0.02, DyT 3.71 +- 0.01, Derf 3.71 +- 0.01; mean
@@ -48,13 +52,17 @@
 
 # %%
 import matplotlib.pyplot as plt
+import numpy as np
 
+from depthscale import data
+from depthscale.experiment import resolve
 from depthscale.results import notebook
 
 SIZE = 'smoke' if notebook.smoke() else 'cpu'  # 'paper': the full-size ladder (accelerator)
 OUT = notebook.outputs('norm_free')
 LADDER = f'{OUT}/runs_{SIZE}'
-rows, res, seeds = notebook.run(f'../experiments/repro_norm_free.py:{SIZE}', LADDER)
+EXPERIMENT = f'../experiments/repro_norm_free.py:{SIZE}'
+rows, res, seeds = notebook.run(EXPERIMENT, LADDER)
 layers = res.layers
 variants = list(seeds)
 print('variants:', variants, '| seeds per variant:', len(seeds[variants[0]]))
@@ -103,11 +111,17 @@ notebook.save(notebook.profiles_figure(layers, first_seed, 'act_var', 'last', 's
 
 # %%
 assert 'saturation' not in set(layers[layers.rung.isin(seeds['layernorm'])].metric)
-train_loss = res.scalars[res.scalars.tag == 'train/loss'].sort_values('step')
-init_loss = train_loss.groupby('rung').value.first()
+(_, cfg), *_ = resolve(EXPERIMENT)
+targets = np.concatenate([b['targets'][b['weights'] > 0]
+                          for b in data.eval_batches(cfg.data, 0, 32)])
+freq = np.bincount(targets) / len(targets)
+unigram_entropy = float(-(freq[freq > 0] * np.log(freq[freq > 0])).sum())
+UNIGRAM_MARGIN = 0.15  # nats
 eval_loss = {r['rung']: r['eval_loss'] for r in rows}
+print(f'unigram entropy {unigram_entropy:.3f}; eval loss', eval_loss)
 for v in squashers:
-  assert all(eval_loss[r] < init_loss[r] - 1.0 for r in seeds[v]), f'{v} does not train: {losses}'
+  assert all(eval_loss[r] < unigram_entropy - UNIGRAM_MARGIN for r in seeds[v]), (
+      f'{v} does not beat the unigram entropy {unigram_entropy:.3f}: {losses}')
   assert max(sat[v]['first']) < 0.05, f'{v} saturates at init: {sat}'
   assert min(sat[v]['last']) > 0.2, f'{v} does not saturate during training: {sat}'
 print('mechanism assertions passed')

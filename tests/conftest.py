@@ -3,6 +3,8 @@
 import os
 import tempfile
 
+import pytest
+
 # Identical programs (seeds of a ladder, a run and its resume, CLI subprocesses, notebook
 # kernels, xdist workers) compile once: the environment reaches every subprocess.
 os.environ.setdefault('JAX_COMPILATION_CACHE_DIR',
@@ -15,5 +17,10 @@ SLOW_MODULES = ('test_notebooks.py', 'test_sharding.py', 'test_cli.py', 'test_tr
 
 
 def pytest_collection_modifyitems(items):
-  """The slowest modules first, so that parallel workers (pytest -n) finish together."""
+  """The slowest modules first, so that parallel workers (pytest -n) finish together; the
+  multi-device subprocess tests (the `cases` worker run, two processes) are marked slow."""
+  for item in items:
+    if item.path.name == 'test_sharding.py' and (
+        'cases' in getattr(item, 'fixturenames', ()) or 'two_processes' in item.name):
+      item.add_marker(pytest.mark.slow)
   items.sort(key=lambda item: item.path.name not in SLOW_MODULES)

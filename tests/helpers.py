@@ -1,27 +1,113 @@
-"""Shared test helpers: the tiny config every training test starts from."""
+"""Shared test helpers: the tiny configs every test starts from, cached inits, single blocks,
+and the registry of property tests per method table (tests/test_coverage.py reads it).
+
+Overrides are dotted keys, one style everywhere: tiny_config(**{'model.block': 'post_ln'}).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Callable
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
 
 from depthscale.config import default_config
+from depthscale.model.placements import layer_schedule
+from depthscale.model.transformer import Block, Transformer, make_model
+
+COVERED: dict[str, set] = {}  # table name -> entries with a registered property test
 
 
-def tiny_config(**overrides):
-  """A model and run small enough for unit tests (seconds per compile)."""
-  c = default_config()
-  c.model.num_layers = 3
-  c.model.d_model = 32
-  c.model.num_heads = 2
-  c.data.seq_len = 32
-  c.data.batch_size = 4
-  c.data.eval_batches = 1
-  c.train.steps = 6
-  c.train.log_every = 2
-  c.train.eval_every = 3
-  c.train.checkpoint_every = 2
-  c.optim.warmup_steps = 2
-  c.metrics.analysis_every = 0  # analyses and images have tests of their own (test_compare)
-  c.metrics.images = False
-  c.metrics.analysis_batch_size = 2
+def covers(table: str, *entries) -> Callable:
+  """Registers the decorated test as the defining-property test of `entries` of `table`."""
+  COVERED.setdefault(table, set()).update(entries)
+  return lambda fn: fn
+
+
+def _apply(c, overrides: dict):
   for key, value in overrides.items():
     section, field = key.split('.')
     c[section][field] = value
   return c
 
+
+def tiny_config(**overrides):
+  """The default config made small (sizes and steps), every default path on: analyses and
+  images, two eval batches, seq_len 128 (the blocked CPU attention). Seconds per compile."""
+  c = default_config()
+  c.model.num_layers = 3
+  c.model.d_model = 32
+  c.model.num_heads = 2
+  c.data.batch_size = 4
+  c.data.eval_batches = 2
+  c.train.steps = 6
+  c.train.log_every = 2
+  c.train.eval_every = 3
+  c.train.checkpoint_every = 2
+  c.optim.warmup_steps = 2
+  c.metrics.analysis_batch_size = 2
+  return _apply(c, overrides)
+
+
+def small_config(**overrides):
+  """L=2, D=16, H=2, T=16, B=2 on the grammar data for block-level property tests."""
+  c = tiny_config(**{'model.num_layers': 2, 'model.d_model': 16, 'model.num_heads': 2,
+                     'data.seq_len': 16, 'data.batch_size': 2, 'data.source': 'grammar'})
+  return _apply(c, overrides)
+
+
+@functools.lru_cache(maxsize=None)
+def _init_cached(items: tuple, method: str | None):
+  cfg = small_config(**dict(items))
+  model = make_model(cfg)
+  tokens = jnp.zeros((1, cfg.data.seq_len), jnp.int32)
+  fn = getattr(Transformer, method) if method else None
+  variables = jax.jit(lambda k: model.init(k, tokens, method=fn))(jax.random.PRNGKey(0))
+  return nn.unbox(variables.get('params', {}))
+
+
+def init(method: str | None = None, **overrides):
+  """(model, params) of small_config(**overrides), cached; method: init only e.g. 'embed'."""
+  cfg = small_config(**overrides)
+  params = _init_cached(tuple(sorted(overrides.items())), method)
+  return make_model(cfg), jax.tree.map(jnp.array, params)
+
+
+def tokens(cfg, seed: int = 1):
+  return jax.random.randint(jax.random.PRNGKey(seed), (2, cfg.data.seq_len), 0,
+                            cfg.model.vocab_size)
+
+
+def layer_params(params, l: int):
+  """Block l's parameters (0-based) out of the stacked ones."""
+  return jax.tree.map(lambda p: p[l], params['blocks'])
+
+
+def run_block(model, params, x, l: int, capture: bool = False):
+  """Block l (0-based) applied to x: its output stream (and captured module outputs)."""
+  layer = jax.tree.map(lambda s: s[l], layer_schedule(model.cfg))
+  carry = {'x': x}
+  if model.cfg.layer_rope:
+    carry['layer_rope_gain'] = params['layer_rope_gain']
+  if capture:
+    (out, _), state = Block(model.cfg).apply({'params': layer_params(params, l)}, carry, layer,
+                                             capture_intermediates=True, mutable=['intermediates'])
+    return out['x'], state['intermediates']
+  out, _ = Block(model.cfg).apply({'params': layer_params(params, l)}, carry, layer)
+  return out['x']
+
+
+def block_outputs(model, params, toks):
+  """The stream leaving each block, block 1 first (a Python loop over blocks)."""
+  x = model.apply({'params': params}, toks, method=Transformer.embed)
+  outs = []
+  for l in range(model.cfg.num_layers):
+    x = run_block(model, params, x, l)
+    outs.append(x)
+  return x, outs
+
+
+def token_rms(x):
+  return jnp.sqrt(jnp.mean(jnp.square(x.astype(jnp.float32)), axis=-1))

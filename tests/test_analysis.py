@@ -1,17 +1,20 @@
 """Periodic analyses against float64 numpy on a tiny Pre-LN model whose block 2 has zero
-branches (the identity): its skip loss, Jacobian deviation and angular distance are 0."""
+branches (the identity): its skip loss, Jacobian deviation and angular distance are 0.
+Then every residual design and the step-dependent schedules (mid-ProRes, BranchNorm before
+T) against a Python loop over blocks: the analysed model is the one being trained."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from depthscale.model import residual
 from depthscale.model.placements import layer_schedule
-from depthscale.model.transformer import Block, Transformer, make_model
-from depthscale.training import analysis, sharding
+from depthscale.model.transformer import Block, Transformer, make_model, scan_inputs
+from depthscale.training import analysis, dynamics, sharding
 from depthscale.training.optim import make_optimizer
 from depthscale.training.steps import init_state
-from tests.helpers import tiny_config
+from tests.helpers import covers, small_config, tiny_config
 
 ZERO = 1  # 0-based index of the identity block
 
@@ -111,8 +114,139 @@ def test_analyses_match_float64_numpy(analysed):
          for l in range(L)]
   np.testing.assert_allclose(layers['param_rotation'], rot, rtol=1e-6)
 
-  ent_max = np.log(cfg.data.seq_len)
-  assert all(0 < a <= b <= ent_max for a, b in zip(layers['attn_entropy_min'], layers['attn_entropy_mean']))
+  ent = np.array([_entropies64(model, params, hs[l], l) for l in range(L)])  # L x H
+  np.testing.assert_allclose(layers['attn_entropy_mean'], ent.mean(1), rtol=1e-4)
+  np.testing.assert_allclose(layers['attn_entropy_min'], ent.min(1), rtol=1e-4)
+
+  keys = jax.random.split(jax.random.PRNGKey(0), L)  # the Analyzer's v per block (seed 0)
+  sched = layer_schedule(model.cfg)
+  for l in range(L):
+    p_l = jax.tree.map(lambda a, l=l: a[l], params['blocks'])
+    block = jax.jit(lambda x, l=l, p_l=p_l: Block(model.cfg).apply(
+        {'params': p_l}, {'x': x}, jax.tree.map(lambda a: a[l], sched))[0]['x'])
+    v = jax.random.normal(jax.random.split(keys[l], 1)[0], hs[l].shape)
+    eps = 1e-3 * float(jnp.sqrt(jnp.mean(hs[l] ** 2)))  # central difference, small vs x
+    jv = (np.asarray(block(hs[l] + eps * v), np.float64) - block(hs[l] - eps * v)) / (2 * eps)
+    v64 = np.asarray(v, np.float64)
+    dev = np.linalg.norm(jv - v64) / np.linalg.norm(v64)
+    assert layers['jacobian_identity_dev'][l] == pytest.approx(dev, rel=1e-2, abs=1e-4)
+
+
+def _rope64(x, base=10000.0):
+  t, e = x.shape[1], x.shape[-1]
+  angle = np.arange(t)[:, None] * base ** (-np.arange(0, e, 2) / e)[None]
+  cos, sin = np.cos(angle)[None, :, None], np.sin(angle)[None, :, None]
+  x1, x2 = x[..., :e // 2], x[..., e // 2:]
+  return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)
+
+
+def _entropies64(model, params, x, l):
+  """Per head: mean over sequences and queries of the causal attention entropy of block l
+  (Pre-LN: q, k of LN(x), RoPE, logits q.k / sqrt(E)), float64."""
+  p = jax.tree.map(lambda a: np.asarray(a[l], np.float64), params['blocks'])
+  x = np.asarray(x, np.float64)
+  n = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + model.cfg.norm_eps)
+  n = n * p['attn_norm']['scale'] + p['attn_norm']['bias']
+  q = _rope64(np.einsum('btd,dhe->bthe', n, p['attn']['q']))
+  k = _rope64(np.einsum('btd,dhe->bthe', n, p['attn']['kv'][:, 0]))
+  logits = np.einsum('bihe,bjhe->bhij', q, k) / np.sqrt(q.shape[-1])
+  t = x.shape[1]
+  logits = np.where(np.tril(np.ones((t, t), bool)), logits, -np.inf)
+  logp = logits - logits.max(-1, keepdims=True)
+  logp = logp - np.log(np.exp(logp).sum(-1, keepdims=True))
+  plogp = np.exp(logp) * np.where(np.isfinite(logp), logp, 0.0)
+  return -plogp.sum(-1).mean((0, 2))
+
+
+def _perturbed(cfg, seed: int):
+  """Init params plus 0.1 N(0, 1) on every leaf: mixing weights and gates away from init."""
+  model = make_model(cfg)
+  params = init_state(model, make_optimizer(cfg), 0, cfg.data.seq_len)['params']
+  leaves, tree = jax.tree.flatten(params)
+  keys = jax.random.split(jax.random.PRNGKey(seed), len(leaves))
+  return model, params, tree.unflatten(
+      [a + 0.1 * jax.random.normal(k, a.shape) for a, k in zip(leaves, keys)])
+
+
+def _loop(model, params, inputs, schedule, run, skip=None):
+  """(stream view after each block, final logits) by a Python loop over blocks (`run`: one
+  jitted block); block `skip` (0-based) leaves the whole carry unchanged."""
+  design = residual.DESIGNS[model.cfg.residual]
+  apply = lambda x, method: model.apply({'params': params}, x, method=method)
+  carry = apply(apply(inputs, Transformer.embed), Transformer.start)
+  views = [design.view(carry)]
+  for l in range(model.cfg.num_layers):
+    if l != skip:
+      carry = run(jax.tree.map(lambda a, l=l: a[l], params['blocks']), carry,
+                  jax.tree.map(lambda a, l=l: a[l], schedule))
+    views.append(design.view(carry))
+  return views, apply(apply(carry, Transformer.finish), Transformer.unembed)
+
+
+def _ce64(logits, batch):
+  logp = _log_softmax64(logits)
+  return -np.take_along_axis(logp, np.asarray(batch['targets'])[..., None], -1).mean()
+
+
+def _expected(model, params, batch, schedule):
+  """angular_distance, logit_lens_kl and skip_delta_loss of the loop reference."""
+  run = jax.jit(lambda p, c, l: Block(model.cfg).apply({'params': p}, c, l)[0])
+  views, logits = _loop(model, params, batch['inputs'], schedule, run)
+  last = [np.asarray(v[:, -1], np.float64) for v in views]
+  cos = [np.sum(a * b, -1) / np.linalg.norm(a, axis=-1) / np.linalg.norm(b, axis=-1)
+         for a, b in zip(last[:-1], last[1:])]
+  final = _log_softmax64(logits)
+  kl = []
+  for v in views[1:]:
+    lp = _log_softmax64(model.apply({'params': params}, v, method=Transformer.unembed))
+    kl.append(np.mean(np.sum(np.exp(lp) * (lp - final), -1)))
+  base = _ce64(logits, batch)
+  skip = [_ce64(_loop(model, params, batch['inputs'], schedule, run, s)[1], batch) - base
+          for s in range(model.cfg.num_layers)]
+  return {'angular_distance': [np.mean(np.arccos(np.clip(c, -1, 1)) / np.pi) for c in cos],
+          'logit_lens_kl': kl, 'skip_delta_loss': skip}
+
+
+def _batch(cfg):
+  tokens = jax.random.randint(jax.random.PRNGKey(4), (2, cfg.data.seq_len + 1), 0,
+                              cfg.model.vocab_size)
+  return {'inputs': tokens[:, :-1], 'targets': tokens[:, 1:],
+          'weights': jnp.ones((2, cfg.data.seq_len), jnp.float32)}
+
+
+def _check(layers, expected):
+  for name, ref in expected.items():
+    np.testing.assert_allclose(layers[name], ref, rtol=1e-3, atol=5e-5, err_msg=name)
+
+
+@pytest.mark.parametrize('design', list(residual.DESIGNS))
+def test_analyses_of_every_residual_design_match_the_loop_reference(design):
+  """The analysed stream is the design's view of its carry; skipping a block keeps the
+  whole carry (its streams, DWA history, AttnRes sources), as the loop reference does."""
+  cfg = small_config(**{'model.residual': design, 'model.attn_res_blocks': 2})
+  model, init, params = _perturbed(cfg, 5)
+  batch = _batch(cfg)
+  plan = sharding.make_plan(cfg, model, make_optimizer(cfg), init_state)
+  layers, _ = analysis.Analyzer(model, plan, init['blocks'], batch, 2, 0)(params)
+  _check(layers, _expected(model, params, batch, layer_schedule(cfg.model)))
+
+
+@pytest.mark.parametrize('method', ['prores', 'branchnorm'])
+def test_analyses_mid_schedule_use_the_steps_layer_inputs(method):
+  """At step 7 of a ProRes warmup (alpha < 1) or before BranchNorm's T, the analysed model
+  is the trained (and evaluated) one, not the static schedule's."""
+  over = ({'train.prores': 'linear', 'train.prores_warmup_steps': 20} if method == 'prores'
+          else {'model.block': 'branchnorm', 'train.branchnorm_steps': 20})
+  cfg = small_config(**over)
+  model, init, params = _perturbed(cfg, 6)
+  batch = _batch(cfg)
+  plan = sharding.make_plan(cfg, model, make_optimizer(cfg), init_state)
+  layers, _ = analysis.Analyzer(model, plan, init['blocks'], batch, 2, 0, cfg)(params, 7)
+  inputs = dynamics.layer_inputs(cfg, 7, jax.random.PRNGKey(0), 2, False)
+  expected = _expected(model, params, batch, scan_inputs(cfg.model, inputs))
+  _check(layers, expected)
+  static = _expected(model, params, batch, layer_schedule(cfg.model))
+  assert np.abs(np.subtract(static['skip_delta_loss'], expected['skip_delta_loss'])).max() > 1e-3
 
 
 def test_effective_depth_definitions():

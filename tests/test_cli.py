@@ -14,6 +14,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from depthscale.training.writers import read_jsonl
 
+pytestmark = pytest.mark.slow  # subprocesses of the CLI, end to end
+
 TINY = ['--config.model.d_model=32', '--config.model.num_heads=2', '--config.data.seq_len=32',
         '--config.data.batch_size=4', '--config.data.eval_batches=1', '--config.train.steps=4',
         '--config.train.log_every=2', '--config.train.eval_every=2',

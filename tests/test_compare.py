@@ -68,6 +68,17 @@ def test_compare_prints_table_and_writes_pngs(ladder, capsys):
   header = text.splitlines()[0].split()
   assert header[0] == 'rung' and {'eval_loss', 'params', 'tokens/s', 'ed_kl', 'ed_skip'} <= set(header)
   assert [line.split()[0] for line in text.splitlines()[2:4]] == ['L1', 'L2']
+  for line in text.splitlines()[2:4]:  # the values are the rung's summary, formatted
+    cell = dict(zip(header, line.split()))
+    s = json.loads((ladder / cell['rung'] / 'summary.json').read_text())
+    assert int(cell['L']) == int(cell['rung'][1:])
+    assert float(cell['eval_loss']) == pytest.approx(s['final_eval_loss'], abs=5e-5)
+    assert float(cell['train_loss']) == pytest.approx(s['final_train_loss'], abs=5e-5)
+    assert int(cell['params'].replace(',', '')) == s['params']
+    assert int(cell['non_emb_params'].replace(',', '')) == s['non_embedding_params']
+    for kind in ('kl', 'skip'):
+      expect = s[f'final_effective_depth_{kind}']
+      assert float(cell[f'ed_{kind}']) == pytest.approx(expect, rel=1e-5)
   for name in ('loss_vs_depth.png', 'profiles.png'):
     img = matplotlib.image.imread(ladder / 'compare' / name)
     assert img.shape[0] > 100 and img.shape[1] > 100

@@ -1,10 +1,10 @@
 """Tests of depthscale.data: determinism, resume, sharding, tasks, text, shards."""
 
 import glob
-import importlib.util
 import json
 import os
 import random
+import sys
 
 from ml_collections import ConfigDict
 import numpy as np
@@ -17,6 +17,7 @@ from depthscale.data import documents
 from depthscale.data import grammar
 from depthscale.data import prepare
 from depthscale.data import sources
+from depthscale.data import tokenizer
 from depthscale.data import vocab
 
 
@@ -296,11 +297,31 @@ def test_validation_messages(overrides, vocab_size, process_count, message):
   assert '\n' not in str(e.value)
 
 
-@pytest.mark.skipif(importlib.util.find_spec('sentencepiece') is not None,
-                    reason='sentencepiece is installed')
-def test_sentencepiece_missing_is_a_clear_error():
+def test_sentencepiece_missing_is_a_clear_error(monkeypatch):
+  monkeypatch.setitem(sys.modules, 'sentencepiece', None)  # import fails as if not installed
+  tokenizer.load.cache_clear()
   with pytest.raises(ValueError, match='needs the sentencepiece package'):
     data.validate(make_cfg(source=f'text:{__file__}', tokenizer=__file__), 256, process_count=1)
+
+
+def test_sentencepiece_tokenizer_encodes_a_text_source(corpus, tmp_path):
+  """A SentencePiece model trained on the corpus: the text source's windows are its ids."""
+  import sentencepiece as spm  # pylint: disable=import-outside-toplevel
+  spm.SentencePieceTrainer.train(input=sorted(glob.glob(corpus)), model_prefix=str(tmp_path / 'sp'),
+                                 vocab_size=64, minloglevel=2)
+  path = str(tmp_path / 'sp.model')
+  tok = tokenizer.load(path)
+  sp = spm.SentencePieceProcessor(model_file=path)
+  assert tok.vocab_size == 64 and tok.eos_id == sp.eos_id() >= 0
+  text = open(sorted(glob.glob(corpus))[0]).read()
+  np.testing.assert_array_equal(tok.encode(text.encode()), sp.encode(text))
+  cfg = make_cfg(source=f'text:{corpus}', tokenizer=path, seq_len=32)
+  data.validate(cfg, 64, process_count=1)
+  ids = np.concatenate([sp.encode(open(p).read()) + [sp.eos_id()]
+                        for p in sorted(glob.glob(corpus))])
+  window = next(data.train_iterator(cfg, seed=0))['inputs'][0]
+  assert window.max() < 64 and any(np.array_equal(ids[i:i + 32], window)
+                                   for i in range(0, len(ids) - 32, 33))
 
 
 def test_validation_accepts_defaults():

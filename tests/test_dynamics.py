@@ -14,8 +14,8 @@ from depthscale.model import placements
 from depthscale.model.transformer import Transformer, apply_unrolled, make_model
 from depthscale.training import dynamics, llr
 from depthscale.training.optim import lr_multipliers, make_optimizer, schedule
-from depthscale.training.steps import early_exit_weights, init_state, make_train_step
-from tests.helpers import tiny_config
+from depthscale.training.steps import early_exit_weights, init_state, make_train_step, model_loss
+from tests.helpers import covers, tiny_config
 
 
 def _setup(cfg):
@@ -175,9 +175,11 @@ def test_llr_targets_map_alpha_linearly():
                          (('attn', 'q'), ('attn', 'kv'), ('attn', 'o'), ('mlp', 'wi'), ('mlp', 'wo'))])
   assert vals.min() == pytest.approx(1.0) and vals.max() == pytest.approx(3.0)
   assert float(m['embedding']) == 3.0 and float(m['final_norm']['scale']) == 1.0
-  a_q = np.asarray(llr.module_alphas('q', params['blocks']['attn']['q']))[:, 0]
-  order = np.argsort(a_q)
-  assert np.all(np.diff(np.ravel(m['blocks']['attn']['q'])[order]) >= 0)
+  alphas = np.concatenate([np.ravel(llr.module_alphas(n, params['blocks'][s][n]))
+                           for s, n in (('attn', 'q'), ('attn', 'kv'), ('attn', 'o'),
+                                        ('mlp', 'wi'), ('mlp', 'wo'))])
+  lo, hi = alphas.min(), alphas.max()  # exactly linear: 1 + 2 (alpha - min) / (max - min)
+  np.testing.assert_allclose(vals, 1 + 2 * (alphas - lo) / (hi - lo), rtol=1e-5)
 
 
 METHODS = {
@@ -211,3 +213,114 @@ def test_trains_20_steps_with_finite_loss(name):
     assert bool(out['ok'])
     losses.append(float(out['loss']))
   assert np.all(np.isfinite(losses)) and losses[-1] < losses[0]
+
+
+def _prores_reference(kind: str, value: str, t: float, w: int, n: int) -> np.ndarray:
+  """ProRes alpha_l(t) from the paper's formulas, layer l (1-based) done at T_l = W l / L
+  (T_l = W for 'equal', reversed order for 'reverse'); 1 once t >= W."""
+  l = np.arange(1, n + 1, dtype=np.float64)
+  ends = np.linspace(w // n, w, n)
+  ends = {'equal': np.full(n, float(w)), 'reverse': ends[::-1]}.get(kind, ends)
+  floor = {'zero': np.zeros(n), 'inv_L': np.full(n, 1 / n), 'inv_sqrt_L': np.full(n, n ** -0.5),
+           'inv_sqrt_l': l ** -0.5}[value]
+  ramp = np.clip(t / ends, 0, 1)
+  starts = np.concatenate([[0.0], ends[:-1]])
+  alpha = {'none': np.ones(n), 'linear': ramp, 'equal': ramp, 'reverse': ramp, 'sqrt': np.sqrt(ramp),
+           'square': ramp ** 2, 'fix': floor}.get(kind)
+  if kind == 'stagewise':  # from the floor at the previous layer's end to 1 at its own
+    alpha = np.clip(floor + (1 - floor) * (t - starts) / (ends - starts), floor, 1)
+  return np.ones(n) if t >= w else alpha
+
+
+@covers('dynamics.PRORES', *dynamics.PRORES)
+@covers('dynamics.PRORES_VALUES', *dynamics.PRORES_VALUES)
+@pytest.mark.parametrize('kind', dynamics.PRORES)
+def test_every_prores_schedule_follows_its_formula(kind):
+  """Every schedule, with every floor / constant where it takes one, at steps across W."""
+  values = dynamics.PRORES_VALUES if kind in ('stagewise', 'fix') else ('zero',)
+  for value in values:
+    cfg = tiny_config(**{'model.num_layers': 4, 'train.prores': kind,
+                         'train.prores_warmup_steps': 40, 'train.prores_value': value})
+    for t in (0, 3, 10, 17, 25, 39, 40, 55):
+      np.testing.assert_allclose(dynamics.prores_alpha(cfg, t),
+                                 _prores_reference(kind, value, t, 40, 4), rtol=1e-6, atol=1e-7,
+                                 err_msg=f'{kind} {value} t={t}')
+
+
+@covers('dynamics.LAYERSKIP_CURRICULA', 'exp', 'none')
+def test_layerskip_curricula_exp_ramps_in_time_and_none_is_constant():
+  """p_l(t) = S(t) D(l) p_max: S(t) = 2^(t / (T - 1)) - 1 ('exp') or 1 ('none')."""
+  base = {'train.layerskip_p_max': 0.3, 'train.steps': 9, 'model.num_layers': 4}
+  depth = 0.3 * (2.0 ** (np.arange(4) / 3) - 1)
+  for t in (0, 4, 8):
+    exp = dynamics.layerskip_rates(tiny_config(**base), t)
+    np.testing.assert_allclose(exp, (2.0 ** (t / 8) - 1) * depth, rtol=1e-5, atol=1e-7)
+    none_cfg = tiny_config(**{**base, 'train.layerskip_curriculum': 'none'})
+    none = dynamics.layerskip_rates(none_cfg, t)
+    np.testing.assert_allclose(none, depth, rtol=1e-6)
+
+
+def test_early_exit_loss_is_the_weighted_sum_of_per_layer_exit_losses():
+  """LayerSkip: sum_l e_l CE(head(FinalNorm(h_l))) over layers l < L plus e_L CE(model), each
+  exit computed by a separate forward pass truncated after block l (no drops: p_max = 0)."""
+  cfg = tiny_config(**{'train.early_exit_scale': 0.7, 'data.seq_len': 32})
+  model, params, tokens = _setup(cfg)
+  batch = {'inputs': tokens, 'targets': jnp.roll(tokens, -1, axis=1),
+           'weights': jnp.ones(tokens.shape, jnp.float32).at[:, -3:].set(0.0)}
+  loss, _ = jax.jit(lambda p: model_loss(model, cfg, p, batch, 0, jax.random.PRNGKey(0)))(params)
+
+  def ce(logits):
+    logp = jax.nn.log_softmax(np.asarray(logits, np.float64), axis=-1)
+    nll = -np.take_along_axis(np.asarray(logp), np.asarray(batch['targets'])[..., None], -1)[..., 0]
+    return float((nll * batch['weights']).sum() / batch['weights'].sum())
+
+  n = cfg.model.num_layers
+  exits = []
+  for l in range(1, n + 1):  # the model truncated to blocks 1..l
+    short = tiny_config(**{'model.num_layers': l, 'data.seq_len': 32})
+    kept = dict(params, blocks=jax.tree.map(lambda a: a[:l], params['blocks']))
+    logits, _ = make_model(short).apply({'params': kept}, tokens)
+    exits.append(ce(logits))
+  w = np.asarray(early_exit_weights(n, 0.7), np.float64)
+  assert loss == pytest.approx(float(np.dot(w, exits)), rel=1e-5)
+  assert abs(exits[0] - exits[-1]) > 1e-3  # the exits differ: the weights matter
+
+
+def test_layerdrop_masks_are_redrawn_every_step_at_rate_p_per_layer():
+  """Fan et al.: an independent draw per layer and step; each layer drops at rate ~p."""
+  cfg = tiny_config(**{'train.layerdrop': 0.3, 'model.num_layers': 6})
+  masks = np.stack([np.asarray(dynamics.layer_inputs(cfg, t, jax.random.PRNGKey(0), 2,
+                                                     True)['branch_mult']) for t in range(400)])
+  assert len({m.tobytes() for m in masks}) > 30  # 2^6 patterns: not one mask repeated
+  np.testing.assert_allclose(1 - masks.mean(0), 0.3, atol=0.08)  # 4.5 sigma at n = 400
+  same = np.mean(masks[1:] == masks[:-1])
+  assert same == pytest.approx(0.7 ** 2 + 0.3 ** 2, abs=0.05)  # consecutive steps independent
+
+
+def test_llr_multipliers_follow_the_recompute_and_transition_schedule():
+  """scale_by_llr: at steps c with c % every == 0 and c <= fraction * steps the targets are
+  recomputed from the current params and reached linearly over transition_steps; frozen
+  after. Reference: a Python replay with llr.target_multipliers."""
+  cfg = tiny_config(**{'optim.llr': True, 'optim.llr_every': 3, 'optim.llr_transition_steps': 2,
+                       'optim.llr_fraction': 0.35, 'train.steps': 20})
+  _, params, _ = _setup(cfg)
+  tx = llr.scale_by_llr(cfg)
+  state = tx.init(params)
+  ones = jax.tree.map(jnp.ones_like, params)
+  update = jax.jit(tx.update)
+  start = target = jax.tree.map(lambda m: np.ones(np.shape(m)), jax.eval_shape(
+      lambda p: llr.target_multipliers(cfg, p), params))
+  since = 0
+  for c in range(12):
+    noise = lambda a, c=c: 1 + 0.5 * jax.random.normal(jax.random.PRNGKey(c), a.shape)
+    p = jax.tree.map(lambda a: a * noise(a), params)  # new weights: new targets at recomputes
+    frac = lambda: min(max((c - since) / 2, 0.0), 1.0)
+    if c % 3 == 0 and c <= 7:
+      now = jax.tree.map(lambda s, t: s + (t - s) * frac(), start, target)
+      start, target, since = now, jax.tree.map(np.asarray, llr.target_multipliers(cfg, p)), c
+    ref = jax.tree.map(lambda s, t: s + (t - s) * frac(), start, target)
+    got, state = update(ones, state, p)
+    np.testing.assert_allclose(np.ravel(got['blocks']['attn']['q']),
+                               np.ravel(np.broadcast_to(ref['blocks']['attn']['q'],
+                                                        params['blocks']['attn']['q'].shape)),
+                               rtol=1e-5, err_msg=f'step {c}')

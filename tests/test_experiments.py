@@ -15,6 +15,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FILES = sorted(glob.glob(os.path.join(ROOT, 'experiments', '*.py')))
 
 
+def test_every_experiment_file_is_collected():
+  assert len(FILES) >= 13 and any(f.endswith('quickstart.py') for f in FILES)
+
+
 @pytest.mark.parametrize('path', FILES, ids=os.path.basename)
 def test_experiment_builds(path):
   module = experiment.load_module(path)

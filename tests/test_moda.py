@@ -10,7 +10,7 @@ import pytest
 from depthscale import config
 from depthscale.model import moda, ops
 from depthscale.model.transformer import Block, Transformer, make_model, rope
-from tests.norm_cases import init, small_config
+from tests.helpers import init, small_config
 
 
 def _reference(q, k, v, depth_k, depth_v, num_valid, scale):
@@ -53,7 +53,7 @@ def test_without_depth_entries_it_is_causal_attention():
 def test_each_layer_appends_its_own_keys_and_values():
   """After block l the depth slot l-1 holds RoPE(LN(x) W_K) and LN(x) W_V of that block's
   input x, and the later slots are still empty."""
-  model, params = init(moda=True, num_layers=3)
+  model, params = init(**{'model.moda': True, 'model.num_layers': 3})
   cfg = model.cfg
   x = model.apply({'params': params}, jnp.arange(16)[None] % cfg.vocab_size, method=Transformer.embed)
   carry = model.apply({'params': params}, x, method=Transformer.start)
@@ -69,8 +69,8 @@ def test_each_layer_appends_its_own_keys_and_values():
 
 
 def test_one_layer_moda_is_the_standard_model():
-  base, params = init(num_layers=1)
-  with_depth = make_model(small_config(num_layers=1, moda=True))
+  base, params = init(**{'model.num_layers': 1})
+  with_depth = make_model(small_config(**{'model.num_layers': 1, 'model.moda': True}))
   tokens = jnp.arange(16)[None] % base.cfg.vocab_size
   np.testing.assert_allclose(with_depth.apply({'params': params}, tokens)[0],
                              base.apply({'params': params}, tokens)[0], rtol=1e-5, atol=1e-5)

@@ -10,7 +10,7 @@ from depthscale.config import ConfigError, validate
 from depthscale.model.transformer import Transformer, apply_unrolled, make_model
 from depthscale.training.optim import make_optimizer
 from depthscale.training.steps import init_state
-from tests.helpers import tiny_config
+from tests.helpers import covers, tiny_config
 
 
 def _params(cfg, seed=0):
@@ -68,6 +68,9 @@ def test_causality(block):
   assert np.abs(np.asarray(g[:, :t + 1])).sum() > 0
 
 
+@covers('residual.DESIGNS', 'standard')
+@covers('residual.VALUE_RESIDUALS', 'none')
+@covers('residual.PARALLEL_BLOCKS', 'none')
 def test_pre_ln_zero_branches_is_identity():
   """Pre-LN with W_O = W_down = 0: every block is the identity; logits = head(Norm_f(emb))."""
   cfg = tiny_config(**{'model.block': 'pre_ln'})

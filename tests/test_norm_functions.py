@@ -12,6 +12,7 @@ import pytest
 from depthscale.config import default_config
 from depthscale.model import inner_norms, layer_rope, norms
 from depthscale.model.placements import gpas
+from tests.helpers import covers
 
 D = 16
 
@@ -33,6 +34,7 @@ def _apply(module, x, params=None):
   return module.apply({'params': params}, x), params
 
 
+@covers('norms.NORMS', 'layernorm', 'rmsnorm')
 def test_layernorm_and_rmsnorm_match_float64_references():
   x = _x()
   x64 = np.asarray(x, np.float64)
@@ -52,6 +54,7 @@ def test_rmsnorm_is_scale_invariant_with_unit_rms():
   np.testing.assert_allclose(np.sqrt(np.mean(np.square(y), -1)), 1.0, atol=1e-4)
 
 
+@covers('norms.NORMS', 'scalenorm')
 def test_scalenorm_output_norm_is_g():
   y, p = _apply(norms.ScaleNorm(), _x())
   assert p['scale'] == pytest.approx(math.sqrt(D))
@@ -76,6 +79,7 @@ def test_pointwise_norms_are_elementwise_and_odd(kind):
   np.testing.assert_allclose(f(x), expected, atol=1e-6)
 
 
+@covers('norms.NORMS', 'bhyt')
 def test_bhyt_star_is_scale_invariant():
   module = norms.BHyT(alpha0=2.0, kappa=10.0)
   x = _x()
@@ -98,6 +102,7 @@ def test_seednorm_with_alpha_zero_is_rmsnorm():
   assert not np.allclose(_apply(norms.SeeDNorm(), x, p)[0], rms, atol=1e-3)
 
 
+@covers('norms.NORMS', 'none')
 def test_none_is_identity_and_make_norm_builds_every_function():
   x = _x()
   np.testing.assert_array_equal(_apply(norms.Identity(), x)[0], x)
@@ -129,6 +134,7 @@ class _Scores(nn.Module):
     return jnp.einsum('bqhe,bkhe->bhqk', q, k) * (scale if scale is not None else 1.0)
 
 
+@covers('inner_norms.QK_NORMS', 'l2_learned_scale')
 def test_henry_qk_norm_bounds_logits_by_g():
   cfg = _model_cfg(qk_norm='l2_learned_scale', qk_norm_seq_len=1024)
   assert inner_norms.henry_g0(1024) == pytest.approx(19.999, abs=1e-3)
@@ -151,3 +157,33 @@ def test_layer_rope_rotation():
   c, s = math.cos(2.0), math.sin(2.0)  # pair 0 turns by angle * base^0
   np.testing.assert_allclose(rotated[:2], [c * gain[0] - s * gain[1], s * gain[0] + c * gain[1]],
                              rtol=1e-5)
+
+
+@covers('norms.NORMS', 'seednorm')
+def test_seednorm_with_random_parameters_matches_float64():
+  """[tanh(x . beta) alpha + g] x / RMS(x) with random alpha, beta, g (beyond alpha = 0)."""
+  x = _x()
+  _, p = _apply(norms.SeeDNorm(), x)
+  p = {k: jax.random.normal(jax.random.PRNGKey(10 + i), (D,)) for i, k in enumerate(sorted(p))}
+  y, _ = _apply(norms.SeeDNorm(), x, p)
+  x64, q = np.asarray(x, np.float64), {k: np.asarray(v, np.float64) for k, v in p.items()}
+  gain = np.tanh(x64 @ q['beta'])[..., None] * q['alpha'] + q['scale']
+  np.testing.assert_allclose(y, gain * x64 / np.sqrt((x64 ** 2).mean(-1, keepdims=True) + 1e-5),
+                             rtol=1e-5, atol=1e-5)
+
+
+@covers('norms.NORMS', 'dyt', 'derf')
+@pytest.mark.parametrize('kind', ['dyt', 'derf'])
+def test_pointwise_norms_with_random_parameters_match_float64(kind):
+  """DyT g tanh(alpha x) + b; Derf g erf(alpha x + s) + b with a nonzero shift s."""
+  x = _x()
+  _, p = _apply(norms.NORMS[kind](alpha0=0.7), x)
+  p = {**p, 'alpha': jnp.float32(0.45), 'scale': jax.random.normal(jax.random.PRNGKey(20), (D,)),
+       'bias': jax.random.normal(jax.random.PRNGKey(21), (D,))}
+  if kind == 'derf':
+    p['shift'] = jnp.float32(-0.8)
+  y, _ = _apply(norms.NORMS[kind](alpha0=0.7), x, p)
+  z = 0.45 * np.asarray(x, np.float64) + (-0.8 if kind == 'derf' else 0.0)
+  u = np.tanh(z) if kind == 'dyt' else np.vectorize(math.erf)(z)
+  ref = u * np.asarray(p['scale'], np.float64) + np.asarray(p['bias'], np.float64)
+  np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5)

@@ -13,7 +13,7 @@ import pytest
 from depthscale.model.norms import RMSNorm
 from depthscale.model.placements import Sublayer, deepnorm, keel, layer_schedule, num_post_blocks, pre_ln
 from depthscale.model.transformer import Attention, Transformer, make_model
-from tests.norm_cases import block_outputs, init, run_block, small_config, token_rms, tokens
+from tests.helpers import block_outputs, init, run_block, small_config, token_rms, tokens
 
 D = 16
 EPS = 1e-12  # norm epsilon of the tests that check a norm's output statistics at init
@@ -40,19 +40,21 @@ def _zero_branch_outputs(params):
 
 
 def test_lns_attention_input_is_rmsnorm_over_sqrt_l():
-  cfg = small_config(block='pre_ln', ln_scaling=True, norm='rmsnorm', num_layers=4).model
+  cfg = small_config(**{'model.block': 'pre_ln', 'model.ln_scaling': True, 'model.norm': 'rmsnorm',
+                        'model.num_layers': 4}).model
   x, seen = _x(), []
   for l in range(4):
     s = Sublayer('attn', lambda u: seen.append(u) or jnp.zeros_like(u), lambda role: _rms,
                  _layer(cfg, l), cfg)
     pre_ln(x, s)
     np.testing.assert_allclose(seen[-1], _rms(x) / math.sqrt(l + 1), rtol=1e-6)
-  assert float(layer_schedule(small_config(num_layers=1, ln_scaling=True).model)['ln_scale'][0]) == 1
+  assert float(layer_schedule(small_config(**{'model.num_layers': 1,
+                                              'model.ln_scaling': True}).model)['ln_scale'][0]) == 1
 
 
 def test_lns_with_one_block_is_pre_ln():
-  model, params = init(block='pre_ln', ln_scaling=True, num_layers=1)
-  base = make_model(small_config(block='pre_ln', num_layers=1))
+  model, params = init(**{'model.block': 'pre_ln', 'model.ln_scaling': True, 'model.num_layers': 1})
+  base = make_model(small_config(**{'model.block': 'pre_ln', 'model.num_layers': 1}))
   toks = tokens(small_config())
   np.testing.assert_array_equal(model.apply({'params': params}, toks)[0],
                                 base.apply({'params': params}, toks)[0])
@@ -61,9 +63,10 @@ def test_lns_with_one_block_is_pre_ln():
 def test_lns_stream_variance_below_pre_ln_and_gap_widens_with_depth():
   gaps = []
   for depth in (2, 6):
-    model, params = init(block='pre_ln', norm='rmsnorm', num_layers=depth)
-    lns = make_model(small_config(block='pre_ln', norm='rmsnorm', num_layers=depth,
-                                  ln_scaling=True))
+    model, params = init(**{'model.block': 'pre_ln', 'model.norm': 'rmsnorm',
+                            'model.num_layers': depth})
+    lns = make_model(small_config(**{'model.block': 'pre_ln', 'model.norm': 'rmsnorm',
+                                     'model.num_layers': depth, 'model.ln_scaling': True}))
     x = model.apply({'params': params}, tokens(small_config()), method=Transformer.embed)
     var = [float(jnp.var(m.apply({'params': params}, x, method=Transformer.stack)[0]))
            for m in (model, lns)]
@@ -73,11 +76,13 @@ def test_lns_stream_variance_below_pre_ln_and_gap_widens_with_depth():
 
 
 def test_mix_ln_post_blocks():
-  assert num_post_blocks(small_config(block='mix_ln', num_layers=12).model) == 3
-  flags = np.asarray(layer_schedule(small_config(block='mix_ln', num_layers=12).model)['post'])
+  assert num_post_blocks(small_config(**{'model.block': 'mix_ln',
+                                         'model.num_layers': 12}).model) == 3
+  flags = np.asarray(layer_schedule(small_config(**{'model.block': 'mix_ln',
+                                                    'model.num_layers': 12}).model)['post'])
   np.testing.assert_array_equal(flags, [True] * 3 + [False] * 9)
-  model, params = init(block='mix_ln', norm='rmsnorm', num_layers=4, mix_ln_alpha=0.5,
-                       norm_eps=EPS)
+  model, params = init(**{'model.block': 'mix_ln', 'model.norm': 'rmsnorm', 'model.num_layers': 4,
+                          'model.mix_ln_alpha': 0.5, 'model.norm_eps': EPS})
   x_in = model.apply({'params': params}, tokens(small_config()), method=Transformer.embed)
   _, outs = block_outputs(model, params, tokens(small_config()))
   for out in outs[:2]:  # blocks 0..P-1 end in the norm: per-token RMS = gain = 1
@@ -88,7 +93,7 @@ def test_mix_ln_post_blocks():
 
 
 def test_peri_ln_update_has_output_norm_rms_whatever_weight_scale():
-  model, params = init(block='peri_ln', norm='rmsnorm', norm_eps=EPS)
+  model, params = init(**{'model.block': 'peri_ln', 'model.norm': 'rmsnorm', 'model.norm_eps': EPS})
   params['blocks']['mlp']['wo'] = jnp.zeros_like(params['blocks']['mlp']['wo'])
   x = _x(1, 0.3)
   delta = run_block(model, params, x, 0) - x  # the attention update alone
@@ -102,7 +107,8 @@ def test_peri_ln_update_has_output_norm_rms_whatever_weight_scale():
 
 @pytest.mark.parametrize('on', [False, True])
 def test_peri_ln_embedding_norm_flag(on):
-  model, params = init('embed', block='peri_ln', peri_embed_norm=on, norm_eps=EPS)
+  model, params = init('embed', **{'model.block': 'peri_ln', 'model.peri_embed_norm': on,
+                                   'model.norm_eps': EPS})
   x = model.apply({'params': params}, tokens(small_config()), method=Transformer.embed)
   assert ('embed_norm' in params) == on
   var = np.var(np.asarray(x), axis=-1)
@@ -113,7 +119,7 @@ def test_peri_ln_embedding_norm_flag(on):
 
 
 def test_deepnorm_pre_norm_sum_is_alpha_x_plus_f():
-  cfg = small_config(block='deepnorm', num_layers=12).model
+  cfg = small_config(**{'model.block': 'deepnorm', 'model.num_layers': 12}).model
   alpha = float(layer_schedule(cfg)['skip_alpha'][0])
   assert alpha == pytest.approx(2.2134, abs=1e-4)
   w = jax.random.normal(jax.random.PRNGKey(5), (D, D)) / 4
@@ -121,12 +127,12 @@ def test_deepnorm_pre_norm_sum_is_alpha_x_plus_f():
   norm = lambda role: lambda v: seen.append(v) or v
   deepnorm(x, Sublayer('attn', lambda u: u @ w, norm, _layer(cfg, 3), cfg))
   np.testing.assert_allclose(seen[0], alpha * x + x @ w, rtol=1e-5)
-  assert 'final_norm' not in init(block='deepnorm')[1]
+  assert 'final_norm' not in init(**{'model.block': 'deepnorm'})[1]
 
 
 @pytest.mark.parametrize('block', ['deepnorm', 'sub_ln'])
 def test_init_gains(block):
-  model, params = init(block=block, d_model=64, num_heads=2)
+  model, params = init(**{'model.block': block, 'model.d_model': 64, 'model.num_heads': 2})
   attn, mlp = params['blocks']['attn'], params['blocks']['mlp']
   std_q, std_k, std_v = (float(jnp.std(a)) for a in (attn['q'], attn['kv'][:, :, 0], attn['kv'][:, :, 1]))
   d, f, num_layers = 64, 256, 2
@@ -144,7 +150,7 @@ def test_init_gains(block):
 
 
 def test_sub_ln_inputs_of_w_o_and_w_2_are_normalized():
-  model, params = init(block='sub_ln', norm_eps=EPS)
+  model, params = init(**{'model.block': 'sub_ln', 'model.norm_eps': EPS})
   _, inter = run_block(model, params, _x(2), 0, capture=True)
   for name in ('attn', 'mlp'):
     y = np.asarray(inter[name]['inner_norm']['__call__'][0], np.float64)
@@ -159,7 +165,7 @@ def _attention(model, params, x):
 
 
 def test_normformer_head_scale_paper_form_gates_head_values():
-  model, params = init(block='normformer')
+  model, params = init(**{'model.block': 'normformer'})
   x = _x(3)
   params['blocks']['attn']['head_scale'] = jnp.array([[0.0, 1.0], [0.0, 1.0]])
   ref = _attention(model, params, x)
@@ -171,7 +177,7 @@ def test_normformer_head_scale_paper_form_gates_head_values():
 
 
 def test_normformer_head_scale_code_form_scales_output_chunks():
-  model, params = init(block='normformer', normformer_head_scale='code')
+  model, params = init(**{'model.block': 'normformer', 'model.normformer_head_scale': 'code'})
   x = _x(3)
   params['blocks']['attn']['head_scale'] = jnp.array([[0.0, 1.0], [0.0, 1.0]])
   out = _attention(model, params, x)
@@ -180,20 +186,20 @@ def test_normformer_head_scale_code_form_scales_output_chunks():
 
 
 def test_normformer_attention_update_is_normalized_and_resid_scale_option():
-  model, params = init(block='normformer', norm_eps=EPS)
+  model, params = init(**{'model.block': 'normformer', 'model.norm_eps': EPS})
   params['blocks']['mlp']['wo'] = jnp.zeros_like(params['blocks']['mlp']['wo'])
   x = _x(4)
   delta = np.asarray(run_block(model, params, x, 0) - x, np.float64)
   np.testing.assert_allclose(delta.mean(-1), 0, atol=1e-5)
   np.testing.assert_allclose(delta.var(-1), 1, atol=1e-3)
   assert 'mlp_resid_scale' not in params['blocks']
-  _, params = init(block='normformer', normformer_resid_scale=True)
+  _, params = init(**{'model.block': 'normformer', 'model.normformer_resid_scale': True})
   np.testing.assert_array_equal(params['blocks']['mlp_resid_scale'], 1.0)
 
 
 @pytest.mark.parametrize('block', ['hybridnorm', 'hybridnorm_star'])
 def test_hybridnorm(block):
-  model, params = init(block=block, norm='rmsnorm', norm_eps=EPS)
+  model, params = init(**{'model.block': block, 'model.norm': 'rmsnorm', 'model.norm_eps': EPS})
   x = _x(5, 0.05)
   _, inter = run_block(model, params, x, 1, capture=True)
   for name in ('q_norm', 'k_norm', 'v_norm'):  # per-head RMS 1 before RoPE
@@ -209,9 +215,10 @@ def test_hybridnorm(block):
 
 
 def test_keel_scaled_skip_weights_the_branch_one_over_alpha():
-  cfg = small_config(block='keel', num_layers=3).model
+  cfg = small_config(**{'model.block': 'keel', 'model.num_layers': 3}).model
   assert float(layer_schedule(cfg)['skip_alpha'][0]) == 6.0
-  assert float(layer_schedule(small_config(block='keel', keel_alpha='blocks', num_layers=3)
+  assert float(layer_schedule(small_config(**{'model.block': 'keel', 'model.keel_alpha': 'blocks',
+                                              'model.num_layers': 3})
                               .model)['skip_alpha'][0]) == 3.0
   w = jax.random.normal(jax.random.PRNGKey(6), (D, D))
   x = _x(7)
@@ -223,8 +230,8 @@ def test_keel_scaled_skip_weights_the_branch_one_over_alpha():
 
 @pytest.mark.parametrize('block', ['mix_ln', 'post_ln'])
 def test_gpas_at_init_is_bit_identical_to_base(block):
-  model, params = init(block=block, gpas=True, mix_ln_alpha=0.5)
-  base = make_model(small_config(block=block, mix_ln_alpha=0.5))
+  model, params = init(**{'model.block': block, 'model.gpas': True, 'model.mix_ln_alpha': 0.5})
+  base = make_model(small_config(**{'model.block': block, 'model.mix_ln_alpha': 0.5}))
   np.testing.assert_array_equal(params['blocks']['gpas_gate'], 0.0)
   base_params = dict(params, blocks={k: v for k, v in params['blocks'].items() if k != 'gpas_gate'})
   toks = tokens(small_config())  # eager block by block: the same ops apart from the gates
@@ -233,12 +240,13 @@ def test_gpas_at_init_is_bit_identical_to_base(block):
     np.testing.assert_array_equal(got, want)
   else:  # Mix-LN's per-layer choice is a conditional: each wiring compiles as one program,
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)  # fused with the gate ops
-  _, per_sublayer = init(block=block, gpas=True, gpas_share_per_block=False, mix_ln_alpha=0.5)
+  _, per_sublayer = init(**{'model.block': block, 'model.gpas': True,
+                            'model.gpas_share_per_block': False, 'model.mix_ln_alpha': 0.5})
   assert {'attn_gpas_gate', 'mlp_gpas_gate'} <= set(per_sublayer['blocks'])
 
 
 def test_ngpt_hidden_states_on_sphere_and_zero_alpha_is_identity():
-  model, params = init(block='ngpt', mlp='swiglu')
+  model, params = init(**{'model.block': 'ngpt', 'model.mlp': 'swiglu'})
   _, outs = block_outputs(model, params, tokens(small_config()))
   for out in outs:
     np.testing.assert_allclose(jnp.linalg.norm(out, axis=-1), 1.0, atol=1e-5)
@@ -250,7 +258,7 @@ def test_ngpt_hidden_states_on_sphere_and_zero_alpha_is_identity():
 
 @pytest.mark.parametrize('mode', ['full', 'per_head', 'l2_learned_scale'])
 def test_qk_norm_logits_invariant_to_scaling_w_q_and_w_k(mode):
-  model, params = init(qk_norm=mode)
+  model, params = init(**{'model.qk_norm': mode})
   attn = params['blocks']['attn']
   attn['q'] = jax.random.normal(jax.random.PRNGKey(8), attn['q'].shape)  # eps negligible
   attn['kv'] = jax.random.normal(jax.random.PRNGKey(9), attn['kv'].shape)
@@ -262,7 +270,8 @@ def test_qk_norm_logits_invariant_to_scaling_w_q_and_w_k(mode):
 
 
 def test_simple_norm_every_linear_normalized_and_weight_scale_invariant():
-  model, params = init(block='simple_norm', mlp='swiglu', norm_eps=EPS)
+  model, params = init(**{'model.block': 'simple_norm', 'model.mlp': 'swiglu',
+                          'model.norm_eps': EPS})
   _, inter = run_block(model, params, _x(11), 0, capture=True)
   names = {'attn': ('q_norm', 'k_norm', 'v_norm', 'o_norm'),
            'mlp': ('gate_norm', 'up_norm', 'wo_norm')}
@@ -278,8 +287,9 @@ def test_simple_norm_every_linear_normalized_and_weight_scale_invariant():
 
 
 def test_layer_rope_with_zero_theta_is_pre_ln_with_tied_gains():
-  model, params = init(layer_rope=True, layer_rope_theta=0.0, norm='rmsnorm')
-  base = make_model(small_config(norm='rmsnorm'))
+  model, params = init(**{'model.layer_rope': True, 'model.layer_rope_theta': 0.0,
+                          'model.norm': 'rmsnorm'})
+  base = make_model(small_config(**{'model.norm': 'rmsnorm'}))
   gain = 1.0 + 0.3 * jax.random.normal(jax.random.PRNGKey(12), (D,))
   params['layer_rope_gain'] = gain
   tied = {'scale': jnp.tile(gain, (2, 1))}
@@ -295,11 +305,11 @@ def test_layer_rope_with_zero_theta_is_pre_ln_with_tied_gains():
 
 
 def test_fix_norm_and_pointwise_embedding_scale():
-  model, params = init('embed', fix_norm=True)
+  model, params = init('embed', **{'model.fix_norm': True})
   assert float(jnp.abs(params['embedding']).max()) <= 0.01
   x = model.apply({'params': params}, tokens(small_config()), method=Transformer.embed)
   np.testing.assert_allclose(jnp.linalg.norm(x, axis=-1), math.sqrt(D), rtol=1e-5)
-  model, params = init('embed', norm='dyt')
+  model, params = init('embed', **{'model.norm': 'dyt'})
   assert float(params['embed_scale']) == pytest.approx(math.sqrt(D))
   x = model.apply({'params': params}, tokens(small_config()), method=Transformer.embed)
   np.testing.assert_allclose(x, math.sqrt(D) * params['embedding'][tokens(small_config())],

@@ -17,33 +17,37 @@ from depthscale.model import norms, placements
 from depthscale.model.transformer import apply_unrolled, make_model
 from depthscale.training.optim import make_optimizer, schedule
 from depthscale.training.steps import init_state, make_train_step
-from tests.norm_cases import small_config, tokens
+from tests.helpers import small_config, tokens
 
 CASES = {
-    'post_ln': dict(block='post_ln', norm='scalenorm', gpas=True, fix_norm=True),
-    'pre_ln': dict(block='pre_ln', norm='rmsnorm', ln_scaling=True, qk_norm='full'),
-    'peri_ln': dict(block='peri_ln', norm='dyt', peri_embed_norm=True, gpas=True,
-                    gpas_share_per_block=False),
-    'sandwich_ln': dict(block='sandwich_ln', norm='derf', ln_scaling=True, qk_norm='per_head'),
-    'mix_ln': dict(block='mix_ln', mix_ln_alpha=0.5, norm='rmsnorm', ln_scaling=True, gpas=True),
-    'deepnorm': dict(block='deepnorm', qk_norm='l2_learned_scale'),
-    'sub_ln': dict(block='sub_ln', mlp='swiglu'),
-    'normformer': dict(block='normformer', norm='bhyt'),
-    'normformer_code': dict(block='normformer', normformer_head_scale='code',
-                            normformer_resid_scale=True),
-    'hybridnorm': dict(block='hybridnorm', norm='rmsnorm'),
-    'hybridnorm_star': dict(block='hybridnorm_star', norm='seednorm'),
-    'keel': dict(block='keel', norm='rmsnorm', keel_alpha='blocks'),
-    'ngpt': dict(block='ngpt', mlp='swiglu', tie_embeddings=False),
-    'simple_norm': dict(block='simple_norm', norm='rmsnorm'),
-    'layer_rope': dict(block='pre_ln', layer_rope=True),
-    'norm_free': dict(block='pre_ln', norm='none'),
+    'post_ln': {'model.block': 'post_ln', 'model.norm': 'scalenorm', 'model.gpas': True,
+                'model.fix_norm': True},
+    'pre_ln': {'model.block': 'pre_ln', 'model.norm': 'rmsnorm', 'model.ln_scaling': True,
+               'model.qk_norm': 'full'},
+    'peri_ln': {'model.block': 'peri_ln', 'model.norm': 'dyt', 'model.peri_embed_norm': True,
+                'model.gpas': True, 'model.gpas_share_per_block': False},
+    'sandwich_ln': {'model.block': 'sandwich_ln', 'model.norm': 'derf', 'model.ln_scaling': True,
+                    'model.qk_norm': 'per_head'},
+    'mix_ln': {'model.block': 'mix_ln', 'model.mix_ln_alpha': 0.5, 'model.norm': 'rmsnorm',
+               'model.ln_scaling': True, 'model.gpas': True},
+    'deepnorm': {'model.block': 'deepnorm', 'model.qk_norm': 'l2_learned_scale'},
+    'sub_ln': {'model.block': 'sub_ln', 'model.mlp': 'swiglu'},
+    'normformer': {'model.block': 'normformer', 'model.norm': 'bhyt'},
+    'normformer_code': {'model.block': 'normformer', 'model.normformer_head_scale': 'code',
+                        'model.normformer_resid_scale': True},
+    'hybridnorm': {'model.block': 'hybridnorm', 'model.norm': 'rmsnorm'},
+    'hybridnorm_star': {'model.block': 'hybridnorm_star', 'model.norm': 'seednorm'},
+    'keel': {'model.block': 'keel', 'model.norm': 'rmsnorm', 'model.keel_alpha': 'blocks'},
+    'ngpt': {'model.block': 'ngpt', 'model.mlp': 'swiglu', 'model.tie_embeddings': False},
+    'simple_norm': {'model.block': 'simple_norm', 'model.norm': 'rmsnorm'},
+    'layer_rope': {'model.block': 'pre_ln', 'model.layer_rope': True},
+    'norm_free': {'model.block': 'pre_ln', 'model.norm': 'none'},
 }
 STEPS = 20
 
 
 def test_cases_cover_every_method():
-  used = lambda field: {c.get(field) for c in CASES.values()}
+  used = lambda field: {c.get('model.' + field) for c in CASES.values()}
   assert set(placements.PLACEMENTS) - {'branchnorm'} <= used('block')  # step-dependent: test_dynamics
   assert set(norms.NORMS) - {'layernorm'} <= used('norm')  # layernorm: the default
   assert {'full', 'per_head', 'l2_learned_scale'} <= used('qk_norm')

@@ -19,6 +19,7 @@ def test_every_notebook_is_collected():
   assert len(NOTEBOOKS) >= 6
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('path', NOTEBOOKS, ids=os.path.basename)
 def test_notebook_runs_in_smoke_mode(path, tmp_path, monkeypatch):
   monkeypatch.setenv(notebook.SMOKE_ENV, '1')

@@ -13,7 +13,7 @@ from depthscale.model import parametrization as pz
 from depthscale.model.transformer import Transformer, make_model
 from depthscale.training.optim import make_optimizer
 from depthscale.training.steps import init_state
-from tests.helpers import tiny_config
+from tests.helpers import covers, tiny_config
 
 
 def _params(cfg, seed=0):
@@ -39,6 +39,7 @@ def _opt_cfg(**kw):
                         'optim.weight_decay': 0.0, 'optim.clip_norm': 0.0, **kw})
 
 
+@covers('parametrization.PARAMETRIZATIONS', 'standard', 'mup')
 def test_mup_at_base_width_equals_standard():
   std = tiny_config()
   mup = tiny_config(**{'model.parametrization': 'mup', 'model.base_d_model': 32})
@@ -83,6 +84,7 @@ def test_mup_weight_decay_is_width_independent():
                                rtol=1e-5, atol=1e-12)
 
 
+@covers('parametrization.PARAMETRIZATIONS', 'completep', 'depth_mup')
 @pytest.mark.parametrize('kind,expect', [('completep', 0.5), ('depth_mup', 1 / math.sqrt(2))])
 def test_depth_branch_multiplier(kind, expect):
   """L = 2 L_base: each branch is scaled by m_L^-alpha (CompleteP: L_base / L)."""
@@ -120,6 +122,7 @@ def test_depth_lr_and_epsilon_rules(kind, alpha):
   np.testing.assert_allclose(jnp.abs(u['embedding']), lr * g / (g + 1e-6), rtol=1e-4)
 
 
+@covers('parametrization.INITS', 'depth_scaled')
 def test_depth_scaled_and_small_init_stds():
   l, d = 4, 64
   p = _params(tiny_config(**{'model.init': 'depth_scaled', 'model.num_layers': l, 'model.d_model': d}))
@@ -129,6 +132,7 @@ def test_depth_scaled_and_small_init_stds():
   np.testing.assert_allclose(np.std(p['blocks']['attn']['q']), math.sqrt(2 / (5 * d)), rtol=0.05)
 
 
+@covers('parametrization.INITS', 'xavier')
 def test_xavier_init_stds():
   """Glorot normal std sqrt(2 / (fan_in + fan_out)) on every block matrix; embeddings keep init_std."""
   d = 64
@@ -139,6 +143,7 @@ def test_xavier_init_stds():
   np.testing.assert_allclose(np.std(p['embedding']), 0.02, rtol=0.05)
 
 
+@covers('parametrization.INITS', 'deepnorm')
 def test_deepnorm_init_gains():
   """xavier_normal with gain (8L)^-1/4 on V, O and the MLP, gain 1 on Q and K."""
   l, d = 4, 64
@@ -172,6 +177,57 @@ def test_deepscalelm_residual_scaling_and_vo_init():
   x = model.apply({'params': params}, tokens, method=Transformer.embed)
   out, _ = model.apply({'params': params}, x, method=Transformer.stack)
   np.testing.assert_allclose(out, lam ** (2 * l) * x, rtol=1e-5, atol=1e-6)
+
+
+def _relu_correlation(r: float, points: int = 200) -> float:
+  """E[relu(u) relu(v)] / E[relu(u)^2] for standard normals of correlation r, by 2-D
+  Gauss-Hermite quadrature (independent of the closed form the init uses)."""
+  z, w = np.polynomial.hermite_e.hermegauss(points)
+  w = w / w.sum()
+  u, v = z[:, None], r * z[:, None] + math.sqrt(1 - r * r) * z[None, :]
+  return float(np.sum(w[:, None] * w[None, :] * np.maximum(u, 0) * np.maximum(v, 0)) / 0.5)
+
+
+def _matrix_stds(params) -> dict[str, np.ndarray]:
+  """Per-layer sample std of every block matrix (k and v split out of kv), and the embedding."""
+  b = params['blocks']
+  mats = {'q': b['attn']['q'], 'k': b['attn']['kv'][:, :, 0], 'v': b['attn']['kv'][:, :, 1],
+          'o': b['attn']['o'], 'wi': b['mlp']['wi'], 'wo': b['mlp']['wo']}
+  out = {k: np.std(np.asarray(m, np.float64).reshape(m.shape[0], -1), axis=1)
+         for k, m in mats.items()}
+  out['embedding'] = np.std(np.asarray(params['embedding'], np.float64))
+  return out
+
+
+@covers('parametrization.INITS', 'normal', 'small_init', 'deepscalelm')
+@pytest.mark.parametrize('scheme', ['normal', 'small_init', 'deepscalelm'])
+def test_init_stds_of_every_matrix_and_layer(scheme):
+  """normal: init_std everywhere; small_init (Nguyen & Salazar): sqrt(2 / 5D) on every matrix;
+  DeepScaleLM: q, k 1/sqrt(D), FFN var sqrt(2 / (D F)), unit embedding, and V, O of layer l
+  var sqrt(1 / r_l) / D with r_l carried from the paper's r_0 = 0.221 through attention
+  (lambda^2 r + beta^2) and the ReLU FFN (lambda^2 r + beta^2 rho(r), rho by quadrature)."""
+  l, d, f = 3, 64, 256
+  cfg = tiny_config(**{'model.init': scheme, 'model.num_layers': l, 'model.d_model': d})
+  stds = _matrix_stds(_params(cfg))
+  if scheme == 'normal':
+    ref = {k: 0.02 for k in stds}
+  elif scheme == 'small_init':
+    ref = {k: math.sqrt(2 / (5 * d)) for k in stds}
+  else:
+    beta2 = 1 / l
+    r, vo = 0.221, []
+    for _ in range(l):
+      vo.append(math.sqrt(math.sqrt(1 / r) / d))
+      r = (1 - beta2) * r + beta2
+      r = (1 - beta2) * r + beta2 * _relu_correlation(r)
+    ref = {'q': d ** -0.5, 'k': d ** -0.5, 'v': np.array(vo), 'o': np.array(vo),
+           'wi': (2 / (d * f)) ** 0.25, 'wo': (2 / (d * f)) ** 0.25, 'embedding': 1.0}
+    for i in range(l):  # the exact stds the init draws with
+      got = float(pz.init_std(cfg.model, 'o', d, d, jnp.int32(i + 1)))
+      assert got == pytest.approx(vo[i], rel=1e-3)  # quadrature error ~1e-4
+  for name, std in stds.items():
+    np.testing.assert_allclose(std, np.broadcast_to(ref[name], np.shape(std)), rtol=0.05,
+                               err_msg=name)
 
 
 @pytest.mark.parametrize('block', ['deepnorm', 'sub_ln', 'hybridnorm', 'hybridnorm_star',

@@ -1,5 +1,6 @@
 """Residual-stream designs: the defining property of each (spec residual_params_dynamics.md)."""
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -12,7 +13,7 @@ from depthscale.model.placements import layer_schedule
 from depthscale.model.transformer import Attention, Block, Mlp, make_model
 from depthscale.training.optim import decay_mask, make_optimizer
 from depthscale.training.steps import init_state
-from tests.helpers import tiny_config
+from tests.helpers import covers, tiny_config
 
 
 def _params(cfg):
@@ -112,6 +113,7 @@ def test_denseformer_at_init_equals_standard_exactly():
   np.testing.assert_array_equal(logits, ref)
 
 
+@covers('residual.DESIGNS', 'denseformer')
 @pytest.mark.parametrize('index', [1, 2, 3, 4])
 def test_dwa_averages_block_outputs_of_its_dilation_group(index):
   """Y_i = sum_{j <= i, j = i mod k} alpha_ij X_j when p | i, else X_i (float64 ref)."""
@@ -142,6 +144,7 @@ def _attn_res_sources_for(k: int, sizes: list[int]) -> tuple[list[int], bool]:
   raise ValueError(k)
 
 
+@covers('residual.DESIGNS', 'block_attn_res', 'attn_res')
 @pytest.mark.parametrize('blocks', [1, 2, 4, 6])
 def test_attn_res_zero_query_averages_sources_uniformly(blocks):
   """Block AttnRes with w = 0 reads the uniform mean of its sources; L_sub = 6 sublayers,
@@ -167,6 +170,7 @@ def test_attn_res_zero_query_averages_sources_uniformly(blocks):
     np.testing.assert_allclose(after, expect, rtol=1e-5, atol=1e-5)
 
 
+@covers('residual.DESIGNS', 'attn_res')
 def test_attn_res_weights_are_softmax_of_query_dot_rmsnormed_keys():
   cfg = tiny_config(**{'model.residual': 'attn_res'}).model
   sources = _rand(10, (4, 2, 3, 8))
@@ -181,6 +185,8 @@ def test_attn_res_weights_are_softmax_of_query_dot_rmsnormed_keys():
   np.testing.assert_allclose(h, np.einsum('sbt,sbtd->btd', p, sources[valid]), rtol=1e-4, atol=1e-5)
 
 
+@covers('residual.DESIGNS', 'laurel')
+@covers('residual.LAURELS', *residual.LAURELS)
 @pytest.mark.parametrize('variant', ['rw', 'lr', 'pa', 'rw_lr'])
 def test_laurel_equations(variant):
   """rw: alpha F + beta x with (alpha, beta) = 2 softmax; lr: F + x + B A x; rw_lr:
@@ -209,6 +215,7 @@ def test_laurel_equations(variant):
   np.testing.assert_allclose(out['x'], alpha * f + beta * skip, rtol=1e-4, atol=1e-4)
 
 
+@covers('residual.VALUE_RESIDUALS', 'resformer', 'svformer', 'satformer')
 def test_value_residual_formulas():
   v, v1, gate = _rand(20, (2, 3, 2, 4)), _rand(21, (2, 3, 2, 4)), _rand(22, (2, 3, 2))
   expected = {'resformer': 0.5 * v1 + 0.5 * v, 'svformer': v1,
@@ -242,6 +249,7 @@ def test_satformer_with_zero_gate_weights_is_standard():
   np.testing.assert_array_equal(logits, ref)
 
 
+@covers('residual.PARALLEL_BLOCKS', 'gptj', 'neox')
 @pytest.mark.parametrize('form', ['gptj', 'neox'])
 def test_parallel_block_equations(form):
   """gptj: x + Attn(N(x)) + MLP(N(x)); neox: x + Attn(N1(x)) + MLP(N2(x))."""
@@ -282,3 +290,106 @@ def test_parallel_block_needs_pre_ln():
   post = tiny_config(**{'model.parallel_block': 'gptj', 'model.block': 'post_ln'})
   with pytest.raises(config.ConfigError, match='model.parallel_block'):
     config.validate(post)
+
+
+def _randomized(conn, carry, k, seed):
+  """Every parameter of a connection drawn from N(0, 1) (float64 copies for the reference)."""
+  params = nn.unbox(conn.init(jax.random.PRNGKey(0), carry, jnp.int32(k))['params'])
+  leaves, tree = jax.tree.flatten(params)
+  return tree.unflatten([_rand(seed + i, a.shape) for i, a in enumerate(leaves)])
+
+
+def _layernorm64(x, p, eps):
+  mu, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+  return (x - mu) / np.sqrt(var + eps) * p['scale'] + p['bias']
+
+
+@covers('residual.DESIGNS', 'hyper_connections')
+def test_dynamic_hyper_connection_with_random_weights_matches_float64():
+  """Dynamic HC (Zhu et al. eqs. 10-13) away from init: T = tanh(LN(H) W) per stream,
+  A_m = e_k + a_m + s_a T_m, A_r[i, j] = I + a_r + s_a T_r[i, j], B = 1 + b + s_b T_b;
+  h_in = sum_i A_m[i] H_i, H'_j = B_j F(h_in) + sum_i A_r[i, j] H_i (float64 ref)."""
+  cfg = tiny_config(**{'model.residual': 'hyper_connections', 'model.hc_dynamic': True}).model
+  n, k = cfg.hc_rate, 6
+  h = _rand(30, (n, 2, 3, 8))
+  carry = {'x': jnp.asarray(h, jnp.float32)}
+  conn = residual.HyperConnection(cfg)
+  p = _randomized(conn, carry, k, 31)
+  h_in, write = conn.apply({'params': p}, carry, jnp.int32(k))
+  t = np.tanh(np.einsum('nbtd,de->nbte', _layernorm64(h, p['norm'], cfg.norm_eps), p['w']))
+  s_a, s_b = residual.HC_SCALE_INIT + p['s_alpha'], residual.HC_SCALE_INIT + p['s_beta']
+  a_m = (np.eye(n)[k % n] + p['a_m'])[:, None, None] + s_a * t[..., 0]  # n x B x T
+  a_r = (np.eye(n) + p['a_r'])[:, :, None, None] + s_a * np.moveaxis(t[..., 1:n + 1], -1, 1)
+  b = (1 + p['b'])[:, None, None] + s_b * t[..., n + 1]
+  ref_in = np.einsum('nbt,nbtd->btd', a_m, h)
+  np.testing.assert_allclose(h_in, ref_in, rtol=1e-4, atol=1e-4)
+  out = write(jnp.tanh(h_in))['x']
+  f = np.tanh(ref_in) - ref_in
+  ref_out = b[..., None] * f + np.einsum('ijbt,ibtd->jbtd', a_r, h)
+  np.testing.assert_allclose(out, ref_out, rtol=1e-4, atol=1e-4)
+
+
+def _sinkhorn64(logits, iters, eps=residual.SINKHORN_EPS):
+  m = np.exp(logits - logits.max(-1, keepdims=True))
+  m = m / m.sum(-1, keepdims=True) + eps
+  m = m / (m.sum(-2, keepdims=True) + eps)
+  for _ in range(iters - 1):
+    m = m / (m.sum(-1, keepdims=True) + eps)
+    m = m / (m.sum(-2, keepdims=True) + eps)
+  return m
+
+
+def _flat_mix64(x, phi, eps):
+  n, b, t, d = x.shape
+  flat = np.moveaxis(x, 0, 2).reshape(b, t, n * d)  # vec(X): stream-major per token
+  return flat @ phi / np.sqrt(np.mean(flat ** 2, -1, keepdims=True) + eps)
+
+
+def _sigmoid(z):
+  return 1 / (1 + np.exp(-z))
+
+
+@covers('residual.DESIGNS', 'mhc')
+def test_mhc_connection_with_random_weights_matches_float64():
+  """mHC away from its symmetric init: H_pre = sigma(a_pre mix + b_pre) + eps, H_post =
+  2 sigma(a_post mix + b_post), H_res = Sinkhorn(a_res mat(mix) + b_res) (not symmetric);
+  u = sum_i H_pre[i] X_i, X'_j = H_post[j] F(u) + sum_i H_res[i, j] X_i (float64 ref)."""
+  cfg = tiny_config(**{'model.residual': 'mhc'}).model
+  n = cfg.hc_rate
+  x = _rand(40, (n, 2, 3, 8))
+  carry = {'x': jnp.asarray(x, jnp.float32)}
+  conn = residual.ManifoldHyperConnection(cfg)
+  p = _randomized(conn, carry, 0, 41)
+  p['phi'] = 0.1 * p['phi']  # moderate logits: Sinkhorn converges within its 20 iterations
+  u, write = conn.apply({'params': p}, carry, jnp.int32(0))
+  mix = _flat_mix64(x, p['phi'], cfg.norm_eps)
+  gate = residual.MHC_GATE_INIT + p['gate']
+  pre = _sigmoid(gate[0] * mix[..., :n] + np.log(1 / (n - 1)) + p['b_pre']) + residual.SINKHORN_EPS
+  post = 2 * _sigmoid(gate[1] * mix[..., n:2 * n] + p['b_post'])
+  logits = gate[2] * mix[..., 2 * n:].reshape(2, 3, n, n) + residual.MHC_RES_DIAG * np.eye(n)
+  h_res = _sinkhorn64(logits + p['b_res'], cfg.mhc_sinkhorn_iters)
+  assert np.abs(h_res - np.swapaxes(h_res, -1, -2)).max() > 1e-2  # a transpose would show
+  ref_u = np.einsum('btn,nbtd->btd', pre, x)
+  np.testing.assert_allclose(u, ref_u, rtol=1e-4, atol=1e-5)
+  out = write(jnp.tanh(u))['x']
+  ref = (np.moveaxis(post, -1, 0)[..., None] * (np.tanh(ref_u) - ref_u)
+         + np.einsum('btij,ibtd->jbtd', h_res, x))
+  np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
+
+
+@covers('residual.DESIGNS', 'mhc', 'hyper_connections')
+def test_hc_and_mhc_readouts_with_random_weights_match_float64():
+  """HC reads out the mean stream; mHC sum_i sigma(a_h mix + b_h)_i X_i + eps X_i."""
+  cfg = tiny_config(**{'model.residual': 'mhc'}).model
+  x = _rand(50, (cfg.hc_rate, 2, 3, 8))
+  carry = {'x': jnp.asarray(x, jnp.float32)}
+  np.testing.assert_allclose(residual.MeanStreams(cfg).apply({}, carry), x.mean(0), rtol=1e-5,
+                             atol=1e-6)
+  readout = residual.ManifoldReadout(cfg)
+  params = nn.unbox(readout.init(jax.random.PRNGKey(0), carry)['params'])
+  p = {k: _rand(52 + i, v.shape) for i, (k, v) in enumerate(sorted(params.items()))}
+  n = cfg.hc_rate
+  mix = _flat_mix64(x, p['phi'], cfg.norm_eps)
+  w = _sigmoid((residual.MHC_GATE_INIT + p['gate']) * mix + np.log(1 / (n - 1)) + p['b'])
+  ref = np.einsum('btn,nbtd->btd', w + residual.SINKHORN_EPS, x)
+  np.testing.assert_allclose(readout.apply({'params': p}, carry), ref, rtol=1e-4, atol=1e-5)

@@ -2,6 +2,8 @@
 
 import json
 import os
+import subprocess
+import sys
 
 import jax
 import numpy as np
@@ -10,11 +12,14 @@ import pytest
 
 from depthscale import data
 from depthscale.model.transformer import make_model
-from depthscale.training.loop import NonFiniteError, train_rung
-from depthscale.training.optim import make_optimizer
-from depthscale.training.steps import init_state, weighted_loss
+from depthscale.training.loop import NonFiniteError, evaluate, train_rung
+from depthscale.training import sharding
+from depthscale.training.optim import make_optimizer, schedule
+from depthscale.training.steps import init_state, make_eval_step, make_train_step, weighted_loss
 from depthscale.training.writers import read_jsonl
 from tests.helpers import tiny_config
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_layer_grad_norm_matches_a_float64_norm(tmp_path):
@@ -35,13 +40,15 @@ def test_layer_grad_norm_matches_a_float64_norm(tmp_path):
 
 
 def test_resume_after_kill_is_bitwise_identical(tmp_path):
-  cfg = tiny_config(**{'train.log_every': 1})
+  """Every log, the periodic analyses (every 2 steps) included, equals the straight run."""
+  cfg = tiny_config(**{'train.log_every': 1, 'metrics.analysis_every': 2})
   full = train_rung(cfg, str(tmp_path / 'full'))
   stopped = train_rung(cfg, str(tmp_path / 'killed'), stop_at_step=3)
   assert stopped == {'status': 'stopped', 'step': 3}
   assert not (tmp_path / 'killed' / 'summary.json').exists()
   resumed = train_rung(cfg, str(tmp_path / 'killed'))
-  for f in ('train_log.jsonl', 'layer_metrics.jsonl', 'eval_log.jsonl'):
+  assert [r['step'] for r in read_jsonl(tmp_path / 'full' / 'analysis_log.jsonl')] == [0, 2, 4, 5]
+  for f in ('train_log.jsonl', 'layer_metrics.jsonl', 'eval_log.jsonl', 'analysis_log.jsonl'):
     a, b = read_jsonl(tmp_path / 'full' / f), read_jsonl(tmp_path / 'killed' / f)
     strip = lambda rs: [{k: v for k, v in r.items() if not k.startswith('perf/')} for r in rs]
     assert strip(a) == strip(b), f
@@ -65,7 +72,6 @@ def test_non_finite_stops_and_keeps_last_good_checkpoint(tmp_path):
 
 
 def test_schedules_warm_up_then_decay():
-  from depthscale.training.optim import schedule
   for name in ('constant', 'cosine', 'linear', 'wsd'):
     cfg = tiny_config(**{'optim.schedule': name, 'train.steps': 100, 'optim.warmup_steps': 10})
     lr = schedule(cfg)
@@ -127,3 +133,73 @@ def test_weight_decay_only_on_matrices(case):
       assert (param_group(path, leaf) == 'hidden_matrix') == decays[name], name
   for name in ('q', 'kv', 'o'):
     assert decays[f"['blocks']['attn']['{name}']"]
+
+
+def test_eval_loss_and_hop_accuracy_match_a_float64_count_over_two_batches():
+  """eval/loss = sum of weighted CE / sum of weights over the whole eval set (not a mean of
+  batch means: the batches' weight sums differ); acc_hop<k> = correct answers / answers
+  at hop k, counted by hand."""
+  cfg = tiny_config(**{'data.source': 'mix'})
+  model = make_model(cfg)
+  params = init_state(model, optax.identity(), 1, cfg.data.seq_len)['params']
+  batches = data.eval_batches(cfg.data, cfg.train.seed, 2)
+  batches[1]['weights'] = batches[1]['weights'] * (np.arange(cfg.data.seq_len) % 3 == 0)
+  for b in batches:  # every other answer made correct: counts strictly between 0 and all
+    pred = np.asarray(model.apply({'params': params}, b['inputs'])[0]).argmax(-1)
+    flip = (b['hop'] > 0) & (np.cumsum(b['hop'] > 0).reshape(b['hop'].shape) % 2 == 0)
+    b['targets'] = np.where(flip, pred, b['targets'])
+  hops = data.hop_values(cfg.data)
+  got = evaluate(jax.jit(make_eval_step(model, hops, cfg)), params, batches, hops,
+                 np.int32(0))
+  nll = w = 0.0
+  correct, count = np.zeros(len(hops)), np.zeros(len(hops))
+  for b in batches:
+    logits = np.asarray(model.apply({'params': params}, b['inputs'])[0], np.float64)
+    logp = logits - logits.max(-1, keepdims=True)
+    logp = logp - np.log(np.exp(logp).sum(-1, keepdims=True))
+    ce = -np.take_along_axis(logp, b['targets'][..., None], -1)[..., 0]
+    nll, w = nll + (ce * b['weights']).sum(), w + b['weights'].sum()
+    for i, k in enumerate(hops):
+      at = b['hop'] == k
+      correct[i] += np.sum(at & (logits.argmax(-1) == b['targets']))
+      count[i] += np.sum(at)
+  assert count.min() > 0 and np.all(correct > 0) and np.all(correct < count)
+  assert got['eval/loss'] == pytest.approx(nll / w, rel=1e-5)
+  for i, k in enumerate(hops):
+    assert got[f'eval/acc_hop{k}'] == pytest.approx(correct[i] / count[i], abs=1e-7)
+
+
+def first_step(cfg) -> dict:
+  """Loss and gradient norm of the plain train step as the loop compiles it (plan, options)."""
+  model, tx = make_model(cfg), make_optimizer(cfg)
+  plan = sharding.make_plan(cfg, model, tx, init_state)
+  state = plan.init(init_state, model, tx, cfg.train.seed, cfg.data.seq_len)
+  batch = plan.global_batch(next(data.train_iterator(cfg.data, cfg.train.seed)))
+  step = plan.compile_train_step(make_train_step(model, tx, schedule(cfg), cfg), state, batch)
+  out = step(state, batch)[1]
+  return {'loss': float(out['loss']), 'grad_norm': float(out['grad_norm'])}
+
+
+UNCACHED_RUN = '''
+import json
+import jax
+from depthscale.model import ops
+from tests.helpers import tiny_config
+from tests.test_train import first_step
+assert not jax.config.jax_compilation_cache_dir and ops.compiler_options() in (
+    None, ops.CPU_COMPILER_OPTIONS)
+print(json.dumps(first_step(tiny_config())))
+'''
+
+
+@pytest.mark.filterwarnings('ignore:Error writing persistent compilation cache')
+def test_uncached_compile_options_train_the_same_as_the_cached_run():
+  """A plain CLI process has no compilation cache, so on x86 its steps compile with the
+  oneDNN options (ops.compiler_options); its first step matches the cached (test) process."""
+  env = {k: v for k, v in os.environ.items() if not k.startswith('JAX_')}
+  env['PYTHONPATH'] = os.pathsep.join(filter(None, [ROOT, env.get('PYTHONPATH')]))
+  proc = subprocess.run([sys.executable, '-c', UNCACHED_RUN], env=env, capture_output=True,
+                        text=True, check=True, timeout=600, cwd=ROOT)
+  uncached, cached = json.loads(proc.stdout.strip().splitlines()[-1]), first_step(tiny_config())
+  assert uncached['loss'] == pytest.approx(cached['loss'], rel=1e-5)
+  assert uncached['grad_norm'] == pytest.approx(cached['grad_norm'], rel=1e-4)

@@ -103,10 +103,11 @@ def normformer(x, s: Sublayer):
   model.normformer_resid_scale, else 1."""
   if s.name == 'attn':
     return x + s.norm('out')(s.branch(_read(x, s)))
-  if s.cfg.normformer_resid_scale:
-    lam = s.param('resid_scale', jax.nn.initializers.ones, (x.shape[-1],), ('embed',))
-    x = x * lam.astype(x.dtype)
-  return x + s.branch(_read(x, s))
+  skip = x
+  if s.cfg.normformer_resid_scale:  # the FFN reads LN(x); lambda scales the skip only
+    skip = x * s.param('resid_scale', jax.nn.initializers.ones, (x.shape[-1],),
+                       ('embed',)).astype(x.dtype)
+  return skip + s.branch(_read(x, s))
 
 
 def _hybridnorm(x, s: Sublayer, star: bool):

@@ -38,6 +38,7 @@ import numpy as np
 
 from depthscale.model import ops, residual
 from depthscale.model.transformer import Block, Transformer, scan_inputs
+from depthscale.training import dynamics
 from depthscale.training.sharding import Plan
 from depthscale.training.steps import weighted_loss
 
@@ -87,8 +88,10 @@ def logit_lens(log_p_VxT, log_p_final_VxT):
   return jnp.mean(kl), jnp.mean(overlap)
 
 
-def make_analysis_fn(model: Transformer) -> Callable[[Any, dict, jax.Array], dict]:
-  """(params, batch, key) -> per-layer analyses (length-L arrays), jittable as one function."""
+def make_analysis_fn(model: Transformer, full_cfg=None) -> Callable[..., dict]:
+  """(params, batch, key, step) -> per-layer analyses (length-L arrays), jittable as one
+  function. With full_cfg (the whole config) the blocks run as eval runs them at `step`:
+  the step's per-layer inputs (ProRes alpha, BranchNorm's a_t; no drops)."""
   cfg = model.cfg
   block, stat_block = Block(cfg), Block(cfg, collect_stats=True)
   view = residual.DESIGNS[cfg.residual].view  # the one stream of a residual design's carry
@@ -125,8 +128,10 @@ def make_analysis_fn(model: Transformer) -> Callable[[Any, dict, jax.Array], dic
     logits = apply(params, apply(params, carry, method=Transformer.finish), method=Transformer.unembed)
     return weighted_loss(logits, batch)
 
-  def analyse(params, batch, key) -> dict:
-    schedule = scan_inputs(cfg, None, batch.get('segments'))  # + document ids when masking
+  def analyse(params, batch, key, step=0) -> dict:
+    inputs = None if full_cfg is None else dynamics.layer_inputs(
+        full_cfg, step, jax.random.PRNGKey(0), batch['inputs'].shape[0], False)
+    schedule = scan_inputs(cfg, inputs, batch.get('segments'))  # + document ids when masking
     carry0 = apply(params, apply(params, batch['inputs'], method=Transformer.embed),
                    method=Transformer.start)
     keys = jax.random.split(key, cfg.num_layers)
@@ -217,22 +222,25 @@ class Analyzer:
   initial block weights on device, sharded as the parameters."""
 
   def __init__(self, model: Transformer, plan: Plan, init_blocks, batch: dict, rows: int,
-               seed: int):
+               seed: int, full_cfg=None):
     self.init_blocks, self.batch, self.key = init_blocks, batch, jax.random.PRNGKey(seed)
-    analyse = make_analysis_fn(model)
+    analyse = make_analysis_fn(model, full_cfg)
 
-    def run(params, init_blocks, batch, key):
-      per = analyse(params, jax.tree.map(lambda a: a[:rows], batch), key)
+    def run(params, init_blocks, batch, key, step):
+      per = analyse(params, jax.tree.map(lambda a: a[:rows], batch), key, step)
       return {**per, 'param_rotation': param_rotation(params['blocks'], init_blocks)}
 
     params = plan.state['params']
-    self.fn = plan.compile(run, (params, params['blocks'], plan.batch, plan.replicated),
+    self.fn = plan.compile(run, (params, params['blocks'], plan.batch, plan.replicated,
+                                 plan.replicated),
                            plan.replicated, plan.abstract_state['params'], init_blocks, batch,
-                           self.key)
+                           self.key, jax.ShapeDtypeStruct((), jnp.int32))
 
-  def __call__(self, params) -> tuple[dict[str, list[float]], dict[str, float]]:
-    """(per-layer metrics as lists, block 1 first; effective-depth scalars)."""
-    per = jax.device_get(self.fn(params, self.init_blocks, self.batch, self.key))
+  def __call__(self, params, step=0) -> tuple[dict[str, list[float]], dict[str, float]]:
+    """(per-layer metrics as lists, block 1 first; effective-depth scalars) of the model as
+    trained at `step` (the number of updates applied to params)."""
+    per = jax.device_get(self.fn(params, self.init_blocks, self.batch, self.key,
+                                 jnp.asarray(step, jnp.int32)))
     per = {k: np.asarray(v, np.float64) for k, v in per.items()}
     scalars = effective_depths(per)
     del per['cos_mean']  # the mean of three logged statistics, used for ED_cos only

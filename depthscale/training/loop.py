@@ -235,7 +235,7 @@ class _Run:
                              (p.state['params'], p.batch, p.replicated), p.replicated,
                              self.state['params'], self.eval_set[0], self.state['step'])
     self.analyzer = Analyzer(model, p, init_blocks, self.eval_set[0],
-                             cfg.metrics.analysis_batch_size, t.seed
+                             cfg.metrics.analysis_batch_size, t.seed, cfg
                              ) if cfg.metrics.analysis_every else None
     host_memory.keep_freed_memory(p.platform)  # the steps' buffers are reused from here on
     distributed.barrier('compiled', COMPILE_WAIT_S)  # start the first collectives together
@@ -341,7 +341,7 @@ class _Run:
     """Periodic analyses of the current parameters, recorded at `step` (before its update)."""
     t0 = time.perf_counter()
     self.watchdog.enter('analysis', step)
-    layers, self.analysis_scalars = self.analyzer(self.state['params'])
+    layers, self.analysis_scalars = self.analyzer(self.state['params'], self.state['step'])
     if self.lead:
       self.logs.log_analysis(step, layers, self.analysis_scalars)
     self.clock['busy'] += time.perf_counter() - t0
