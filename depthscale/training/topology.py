@@ -14,6 +14,7 @@ import os
 import re
 
 import jax
+from jax.experimental import topologies
 
 from depthscale.errors import ConfigError
 
@@ -93,7 +94,6 @@ INSTALL_HINT = f'pip install "jax[tpu]=={jax.__version__}"'
 def devices(s: Slice) -> list:
   """The compile-only TPU devices of the slice (num_slices copies), from libtpu; no TPU
   needed. Other processes on the host may hold libtpu's lock: compiling does not need it."""
-  from jax.experimental import topologies  # pylint: disable=import-outside-toplevel
   os.environ.setdefault('ALLOW_MULTIPLE_LIBTPU_LOAD', '1')
   kwargs = {'num_slices': s.num_slices} if s.num_slices > 1 else {}
   if s.chips < 4:  # smaller than one host's default 2x2 chips
