@@ -13,6 +13,10 @@ last block / the first is 14.9 +- 0.5 at init and 59 +- 7 after training (LNS: 3
 6.1); the update ratio of the last 4 blocks / block 2 is 0.14 +- 0.03; skipping one of
 the first 4 blocks costs 0.57 +- 0.06 nats, one of the last 8 0.009 +- 0.004. Eval loss:
 Pre-LN 2.35 +- 0.02, LNS 2.36 (no gain at this size).
+Paper size on TPU (`--dry_run --topology=v5p-8`, recorded in
+experiments/dryrun/repro_curse_of_depth.paper.v5p-8.json): v5p-8 is the smallest v5p slice.
+TPU dry run on v5p-8: every rung fits (peak 37.9 GiB of 88.5 GiB per chip); estimated step
+0.104-0.115 s (roofline estimate, not measured).
 """
 
 from depthscale.ladder import Rung, cross
