@@ -21,6 +21,10 @@ cpu-text (measured, seed 0, ~5 min per rung at load ~17): Pre-LN act_var last / 
 block 18.5 at init, 3.2 trained; update ratio last 4 / block 2 0.32; skip cost first
 quarter 0.46 nats, last half 0.021. LNS 1.65 trained; eval loss Pre-LN 2.47, LNS 2.33
 nats per byte.
+Paper size on TPU (`--dry_run --topology=v5p-8`, recorded in
+experiments/dryrun/repro_curse_of_depth.paper.v5p-8.json): v5p-8 is the smallest v5p slice.
+TPU dry run on v5p-8: every rung fits (peak 37.9 GiB of 88.5 GiB per chip); estimated step
+0.104-0.115 s (roofline estimate, not measured).
 """
 
 from depthscale.ladder import Rung, cross
