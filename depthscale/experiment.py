@@ -111,10 +111,11 @@ def select(rungs: list[Rung], rung: str | None) -> list[Rung]:
 
 
 def resolve(config_arg: str, overrides: dict[str, Any] | None = None,
-            rung: str | None = None) -> list[tuple[Rung, Any]]:
+            rung: str | None = None, check_machine: bool = True) -> list[tuple[Rung, Any]]:
   """(rung, validated config) pairs: get_config(arg), then the rung's overrides, then
-  `overrides` (the command line's) last; checks the data sources and the mesh against this
-  machine too. Raises ConfigError before anything is written."""
+  `overrides` (the command line's) last; with check_machine the data sources and the mesh
+  against this machine too (a dry run checks against its target instead). Raises
+  ConfigError before anything is written."""
   path, arg = split_arg(config_arg)
   module = load_module(path)
   out = []
@@ -124,7 +125,8 @@ def resolve(config_arg: str, overrides: dict[str, Any] | None = None,
     apply_overrides(cfg, r.overrides, f'rung {r.name}')
     apply_overrides(cfg, overrides or {}, 'command line')
     config_lib.validate(cfg)
-    check_inputs(cfg)
+    if check_machine:
+      check_inputs(cfg)
     out.append((r, cfg))
   return out
 

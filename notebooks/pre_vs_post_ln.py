@@ -82,7 +82,9 @@ print('variants:', variants, '| seeds per variant:', len(seeds[variants[0]]))
 # %%
 INIT_PLACEMENTS = ('post_ln', 'pre_ln', 'peri_ln', 'mix_ln', 'deepnorm', 'keel')
 (_, cfg), *_ = resolve(EXPERIMENT)
-init_grads = {p: notebook.init_grad_norms(resolve(EXPERIMENT, {'model.block': p})[0][1], [0, 1, 2])
+OWN_INIT = {'deepnorm': {'model.init': 'deepnorm'}}  # a placement with its own init scheme
+init_grads = {p: notebook.init_grad_norms(
+    resolve(EXPERIMENT, {'model.block': p, **OWN_INIT.get(p, {})})[0][1], [0, 1, 2])
               for p in INIT_PLACEMENTS}
 fig, ax = plt.subplots(figsize=(5.5, 3.8))
 for i, (p, g) in enumerate(init_grads.items()):

@@ -27,6 +27,7 @@ RTOL = 1e-5
 # Logs of whole rungs: float32 reductions in another order; differences of losses
 # (skip_delta_loss, ~1e-2) carry the absolute error of a loss (~5).
 LOG_RTOL, LOG_ATOL = 1e-4, 2e-5
+TOP5_ATOL = 1e-3  # a share of top-5 matches: a near-tie may flip one of 2560 tokens x ranks
 # Whole-worker limits; a hang fails sooner: the worker's rungs run under a watchdog of
 # tests.sharding_worker.WATCHDOG_SECONDS per phase, far below XLA's collective timeout above.
 CASES_TIMEOUT, PROCESS_TIMEOUT = 1200, 480
@@ -69,7 +70,7 @@ def cases(tmp_path_factory):
 def _assert_same_run(run: dict, ref: dict, steps=slice(None)) -> None:
   np.testing.assert_allclose(run['loss'][steps], ref['loss'][steps], rtol=RTOL)
   for got, want in zip(run['layers'][steps], ref['layers'][steps]):
-    assert sorted(got) == sorted(want)
+    assert set(want) <= set(got)  # a rung's records also hold its analyses
     for k in want:
       np.testing.assert_allclose(got[k], want[k], rtol=RTOL, atol=1e-7, err_msg=k)
 
@@ -82,7 +83,8 @@ def _assert_same_logs(got: dict, want: dict) -> None:
     for g, w in zip(got[name], records):
       assert sorted(g) == sorted(w), (name, w['step'])
       for k in w:
-        np.testing.assert_allclose(g[k], w[k], rtol=LOG_RTOL, atol=LOG_ATOL,
+        np.testing.assert_allclose(g[k], w[k], rtol=LOG_RTOL,
+                                   atol=TOP5_ATOL if k == 'logit_lens_top5' else LOG_ATOL,
                                    err_msg=f'{name} step {w["step"]} {k}')
 
 

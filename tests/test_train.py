@@ -186,7 +186,7 @@ import jax
 from depthscale.model import ops
 from tests.helpers import tiny_config
 from tests.test_train import first_step
-assert not jax.config.jax_compilation_cache_dir and ops.compiler_options() in (
+assert not jax.config.jax_compilation_cache_dir and ops.compiler_options('cpu') in (
     None, ops.CPU_COMPILER_OPTIONS)
 print(json.dumps(first_step(tiny_config())))
 '''

@@ -210,7 +210,7 @@ def dry_run(config_arg: str, overrides: dict | None = None, rung: str | None = N
            if slice_ else f'{jax.device_count()} {jax.devices()[0].platform} devices')
   print(f'dry run on {where}; memory per device, compile times (c_*) in s', flush=True)
   reports, seen = [], {}
-  for r, cfg in resolve(config_arg, overrides, rung):
+  for r, cfg in resolve(config_arg, overrides, rung, check_machine=False):
     key = _shape_key(cfg)
     if key not in seen:
       report, lines = check_rung(cfg, devices, slice_, scale_cost and slice_ is not None)
