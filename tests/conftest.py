@@ -11,6 +11,9 @@ os.environ.setdefault('JAX_COMPILATION_CACHE_DIR',
                       os.path.join(tempfile.gettempdir(), 'depthscale-tests-jax-cache'))
 os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS', '0')
 os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES', '0')
+# The test extra brings libtpu; the tests run on the CPU and compile for TPU topologies
+# explicitly, so no process probes for a TPU (seconds per process, and warnings on stderr).
+os.environ.setdefault('JAX_PLATFORMS', 'cpu')
 
 
 SLOW_MODULES = ('test_notebooks.py', 'test_sharding.py', 'test_cli.py', 'test_train.py')
