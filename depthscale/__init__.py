@@ -1,5 +1,6 @@
 """depthscale: depth-scaling experiments on Transformer language models (JAX/Flax)."""
 
-from depthscale.training import host_memory
+from depthscale.training import host_memory, host_threads
 
 host_memory.single_arena()
+host_threads.enough_for_collectives()

@@ -15,6 +15,12 @@ eval loss 3.72 +- 0.02 (not a NaN; the unigram entropy is 4.39) while Pre-LN rea
 DeepNorm (3.72); Keel trains (2.37), Mix-LN partly (3.20). Grad norm at init, last / first
 block: Post-LN 1.08 +- 0.19, Pre-LN 0.23 +- 0.03; after training Post-LN's first block
 gets ~1e-7 of its last block's gradient.
+Paper size on TPU (`--dry_run --topology=v5p-8`, recorded in
+experiments/dryrun/repro_pre_vs_post_ln.paper.v5p-8.json): v5p-8 is the smallest v5p slice;
+19.0M parameters per rung, 4-way data parallel, MFU estimate 23-32% (a small model: the step is
+bound by HBM traffic, 38-52 GB per chip).
+TPU dry run on v5p-8: every rung fits (peak 6.2 GiB of 88.5 GiB per chip); estimated step
+0.0139-0.0189 s (roofline estimate, not measured).
 """
 
 from depthscale.ladder import Rung, cross

@@ -1,9 +1,14 @@
-"""pytest set-up: one persistent JAX compilation cache for the session; slow modules first."""
+"""pytest set-up: one persistent JAX compilation cache for the session; slow modules first;
+module-scoped fixtures built on one worker."""
 
+import functools
 import os
 import tempfile
 
 import pytest
+from xdist.scheduler import LoadScopeScheduling
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Identical programs (seeds of a ladder, a run and its resume, CLI subprocesses, notebook
 # kernels, xdist workers) compile once: the environment reaches every subprocess.
@@ -17,6 +22,26 @@ os.environ.setdefault('JAX_PLATFORMS', 'cpu')
 
 
 SLOW_MODULES = ('test_notebooks.py', 'test_sharding.py', 'test_cli.py', 'test_train.py')
+
+
+class ModuleFixtureScheduling(LoadScopeScheduling):
+  """pytest -n: the tests of a module with a module-scoped fixture go to one worker, so the
+  fixture is built once (the 8-device `cases` run had run on both workers at once); every
+  other test is scheduled on its own."""
+
+  def _split_scope(self, nodeid: str) -> str:
+    module = nodeid.split('::', 1)[0]
+    return module if _has_module_fixture(module) else nodeid
+
+
+@functools.lru_cache(maxsize=None)
+def _has_module_fixture(module: str) -> bool:
+  path = os.path.join(ROOT, module)
+  return os.path.isfile(path) and "scope='module'" in open(path).read()
+
+
+def pytest_xdist_make_scheduler(config, log):
+  return ModuleFixtureScheduling(config, log)
 
 
 def pytest_collection_modifyitems(items):

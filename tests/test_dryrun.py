@@ -5,6 +5,7 @@ CPU options, the table's memory = memory_analysis())."""
 
 import json
 
+import jax
 import pytest
 
 from depthscale.experiment import resolve
@@ -109,3 +110,28 @@ def test_estimate_is_the_roofline_of_the_chip():
   memory_bound = dryrun.estimate(1e12, 4 * chip.hbm_bytes_per_s, 2e12, chip, 2)
   assert memory_bound['step_s'] == pytest.approx(8.0)
   assert memory_bound['mfu'] == pytest.approx(2e12 / (8.0 * chip.peak_bf16_flops / 2))
+
+
+@needs_libtpu
+@pytest.mark.filterwarnings('ignore:Error reading persistent compilation cache')
+def test_a_rung_the_tpu_compiler_refuses_is_reported_and_the_ladder_goes_on(tmp_path,
+                                                                             monkeypatch):
+  """The TPU compiler raises RESOURCE_EXHAUSTED for a program beyond HBM (a 85M-parameter
+  rung at batch 512 x 1024 on v5p-8 did): that rung is DOES NOT FIT with the compiler's
+  line, its alternatives are tried, and the other rungs are checked."""
+  path = tmp_path / 'ladder.py'
+  path.write_text(LADDER)
+  compile_train_step = dryrun.sharding.Plan.compile_train_step
+  refused = 'RESOURCE_EXHAUSTED: Ran out of memory on HBM (planted for the two-layer rung)'
+
+  def compile_or_refuse(plan, step_fn, state, batch):
+    if state['params']['blocks']['attn']['q'].shape[0] == 2:
+      raise jax.errors.JaxRuntimeError(refused + '\nmore detail')
+    return compile_train_step(plan, step_fn, state, batch)
+
+  monkeypatch.setattr(dryrun.sharding.Plan, 'compile_train_step', compile_or_refuse)
+  reports = dryrun.dry_run(str(path), None, None, 'v5p-8', 1, None, shardings=False,
+                           scale_cost=False)
+  _check_tpu_report(reports[0], 1)
+  assert reports[1] == {'rung': 'L2', 'fits': False, 'error': refused,
+                        'to_fit': 'none of the alternatives tried'}

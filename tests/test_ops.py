@@ -156,3 +156,9 @@ def test_compiler_options_change_speed_not_results():
   for options in (ops.CPU_COMPILER_OPTIONS, ops.CACHEABLE_CPU_COMPILER_OPTIONS):
     for got, want in zip(jax.tree.leaves(lowered.compile(options)(x, w)), jax.tree.leaves(default)):
       np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_fake_cpu_mesh_compiles_without_onednn():
+  """oneDNN only for one CPU device: with several, its thread-pool adaptor crashed."""
+  assert ops.compiler_options('cpu', devices=8) in (None, ops.CACHEABLE_CPU_COMPILER_OPTIONS)
+  assert ops.compiler_options('tpu', devices=8) is None

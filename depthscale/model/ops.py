@@ -112,7 +112,9 @@ def jvp(fn, primal, tangent):
 # XLA-CPU dot libraries for the train step on x86 (benchmarks/NOTES.md, config S): oneDNN
 # for dots and nothing for YNNPACK, ~1.35x over XLA's defaults. oneDNN executables cannot be
 # written to JAX's persistent compilation cache, so with a cache configured the step uses
-# XLA's own (Eigen) dots instead: cacheable, ~5% slower.
+# XLA's own (Eigen) dots instead: cacheable, ~5% slower. A program over several CPU devices
+# (a fake mesh) keeps XLA's dots too: with oneDNN and 32 XLA threads for 8 devices, sharded
+# train steps crashed in oneDNN's thread-pool adaptor and the analyses hung in a collective.
 CPU_COMPILER_OPTIONS = {'xla_cpu_experimental_ynn_fusion_type': '', 'xla_cpu_use_onednn': True,
                         'xla_cpu_experimental_onednn_fusion_type': 'LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT'}
 CACHEABLE_CPU_COMPILER_OPTIONS = {'xla_cpu_experimental_ynn_fusion_type': ''}
@@ -124,12 +126,13 @@ def platform_of(devices=None) -> str:
   return (jax.devices() if devices is None else list(devices))[0].platform
 
 
-def compiler_options(target: str) -> dict | None:
-  """Per-compile XLA options for a program compiled for platform `target` (None: XLA's
-  defaults); the CPU options only for a CPU target on an x86 host (the host is the target)."""
+def compiler_options(target: str, devices: int = 1) -> dict | None:
+  """Per-compile XLA options for a program compiled for platform `target` over `devices`
+  devices (None: XLA's defaults); the CPU options only for a CPU target on an x86 host (the
+  host is the target), oneDNN only for one device and no compilation cache."""
   if target != 'cpu' or platform.machine().lower() not in ('x86_64', 'amd64'):
     return None
-  if jax.config.jax_compilation_cache_dir:
+  if jax.config.jax_compilation_cache_dir or devices > 1:
     return CACHEABLE_CPU_COMPILER_OPTIONS
   return CPU_COMPILER_OPTIONS
 

@@ -199,13 +199,14 @@ def block_stack(cfg, collect_stats: bool):
   zero-filled [L, ...] buffer and reads it back), 1.06-1.14x per train step on CPU
   (benchmarks/NOTES.md); compile time then grows with depth, so deeper models stay rolled,
   and so does the statistics model of the logging steps (one step in log_every; unrolled,
-  it compiles ~1.8x slower). The parameters ([L, ...] stacks) and the computed function
-  are the same either way.
+  it compiles ~1.8x slower), and so does a rematerialized one. The parameters ([L, ...]
+  stacks) and the computed function are the same either way.
   """
   block = Block
   if cfg.remat != 'none':
     block = nn.remat(Block, policy=getattr(jax.checkpoint_policies, cfg.remat), prevent_cse=False)
-  unrolled = not collect_stats and cfg.num_layers <= cfg.unroll_max_layers
+  # Unrolled, the rematerialized stack compiled to the same buffers as without remat (XLA-CPU).
+  unrolled = not collect_stats and cfg.remat == 'none' and cfg.num_layers <= cfg.unroll_max_layers
   unroll = cfg.num_layers if unrolled else 1
   return nn.scan(block, variable_axes={'params': 0, 'intermediates': 0},
                  split_rngs={'params': True},

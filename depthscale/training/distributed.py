@@ -12,6 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from depthscale.training import host_threads
+
 
 def launched_multi_process(env: Mapping[str, str]) -> bool:
   """True under a multi-task SLURM step, a multi-worker TPU pod or an MPI launch."""
@@ -31,10 +33,12 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
   launch. A single process on one host needs nothing.
   """
   if coordinator_address:
+    host_threads.xla_default()
     jax.distributed.initialize(coordinator_address=coordinator_address,
                                num_processes=num_processes, process_id=process_id)
     return True
   if force or launched_multi_process(os.environ):
+    host_threads.xla_default()
     jax.distributed.initialize()
     return True
   return False

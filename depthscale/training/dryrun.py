@@ -37,16 +37,26 @@ def abstract_batch(cfg, plan: sharding.Plan) -> dict:
   return {k: jax.ShapeDtypeStruct(shape, dt, sharding=plan.batch) for k, dt in fields}
 
 
+class OutOfMemory(Exception):
+  """The compiler refused a program: its buffers exceed the device's memory."""
+
+
 def compile_step(cfg, collect_stats: bool, devices=None):
-  """(compiled train step, plan, compile seconds) on abstract arrays for `devices`."""
+  """(compiled train step, plan, compile seconds) on abstract arrays for `devices`; raises
+  OutOfMemory (the compiler's one line) where the TPU compiler runs out of HBM."""
   model = make_model(cfg, collect_stats, ops.platform_of(devices))
   tx = make_optimizer(cfg)
   plan = sharding.make_plan(cfg, model, tx, init_state, devices)
   state = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
                        plan.abstract_state, plan.state)
   t0 = time.perf_counter()
-  compiled = plan.compile_train_step(make_train_step(model, tx, schedule(cfg)), state,
-                                     abstract_batch(cfg, plan))
+  try:
+    compiled = plan.compile_train_step(make_train_step(model, tx, schedule(cfg)), state,
+                                       abstract_batch(cfg, plan))
+  except jax.errors.JaxRuntimeError as e:
+    if 'RESOURCE_EXHAUSTED' not in str(e):
+      raise
+    raise OutOfMemory(str(e).strip().splitlines()[0]) from None
   return compiled, plan, time.perf_counter() - t0
 
 
@@ -161,7 +171,7 @@ def find_fit(cfg, devices, slice_) -> str | None:
       c[section][field] = value
     try:
       report, _ = check_rung(c, devices, slice_, scale_cost=False)
-    except ConfigError:
+    except (ConfigError, OutOfMemory):
       continue
     if report['fits']:
       return f'{name}: peak {report["peak_bytes_per_device"] / GIB:.2f} GiB'
@@ -213,14 +223,18 @@ def dry_run(config_arg: str, overrides: dict | None = None, rung: str | None = N
   for r, cfg in resolve(config_arg, overrides, rung, check_machine=False):
     key = _shape_key(cfg)
     if key not in seen:
-      report, lines = check_rung(cfg, devices, slice_, scale_cost and slice_ is not None)
+      try:
+        report, lines = check_rung(cfg, devices, slice_, scale_cost and slice_ is not None)
+      except OutOfMemory as e:  # the TPU compiler refuses what does not fit its HBM
+        report, lines = {'fits': False, 'error': str(e)}, []
       if slice_ is not None and not report['fits']:
         report['to_fit'] = find_fit(cfg, devices, slice_) or 'none of the alternatives tried'
       seen[key] = (report, lines)
     report, lines = seen[key]
     if not reports:
       print(header, flush=True)
-    print(_line(r.name, report), flush=True)
+    print(f'{r.name:<16} DOES NOT FIT: {report["error"]}' if 'error' in report
+          else _line(r.name, report), flush=True)
     if 'to_fit' in report:
       print(f'  to fit: {report["to_fit"]}', flush=True)
     if shardings:
@@ -250,8 +264,8 @@ def _shape_key(cfg) -> str:
 def summary(record: dict) -> str:
   """The one-sentence result of a recorded dry run (a --dry_run_json file) that experiment
   docstrings quote: fit on the slice, peak memory and the estimated step time range."""
-  rungs, name = record['rungs'], record['topology']
-  fit = all(r['fits'] for r in rungs)
+  name, fit = record['topology'], all(r['fits'] for r in record['rungs'])
+  rungs = [r for r in record['rungs'] if 'error' not in r]  # refused ones have no figures
   peak = max(r['peak_bytes_per_device'] for r in rungs) / GIB
   hbm = rungs[0]['hbm_bytes_per_device'] / GIB
   steps = [r['estimate']['step_s'] for r in rungs]

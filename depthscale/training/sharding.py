@@ -171,7 +171,7 @@ class Plan:
     with self.context():
       return jax.jit(fn, donate_argnums=donate_argnums, in_shardings=in_shardings,
                      out_shardings=out_shardings).lower(*args).compile(
-                         ops.compiler_options(self.platform))
+                         ops.compiler_options(self.platform, self.mesh.size))
 
   def compile_train_step(self, step_fn, state, batch):
     """state, batch -> (state, out): the state is donated and outputs are replicated."""
