@@ -27,7 +27,11 @@ SLOW_MODULES = ('test_notebooks.py', 'test_sharding.py', 'test_cli.py', 'test_tr
 class ModuleFixtureScheduling(LoadScopeScheduling):
   """pytest -n: the tests of a module with a module-scoped fixture go to one worker, so the
   fixture is built once (the 8-device `cases` run had run on both workers at once); every
-  other test is scheduled on its own."""
+  other test is scheduled on its own, in collection order (slowest modules first)."""
+
+  def __init__(self, config, log=None):
+    super().__init__(config, log)
+    config.option.loadscopereorder = False  # not largest scope first
 
   def _split_scope(self, nodeid: str) -> str:
     module = nodeid.split('::', 1)[0]
