@@ -122,4 +122,6 @@ def test_stats_step_gradient_parameter_update_norms(stepped):
 def test_plain_step_has_no_metrics(stepped):
   *_, out, plain = stepped
   assert set(plain) == {'loss', 'grad_norm', 'ok', 'lr', 'layer_grad_norm'}
-  assert plain['loss'] == out['loss']
+  # The statistics model keeps its layer scan rolled, the plain one may unroll it: same sum,
+  # possibly another summation order, so the losses agree to float32 rounding.
+  np.testing.assert_allclose(plain['loss'], out['loss'], rtol=1e-6)
