@@ -7,6 +7,7 @@ Overrides are dotted keys, one style everywhere: tiny_config(**{'model.block': '
 from __future__ import annotations
 
 import functools
+import os
 from typing import Callable
 
 import flax.linen as nn
@@ -17,6 +18,7 @@ from depthscale.config import default_config
 from depthscale.model.placements import layer_schedule
 from depthscale.model.transformer import Block, Transformer, make_model
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COVERED: dict[str, set] = {}  # table name -> entries with a registered property test
 
 
@@ -24,6 +26,12 @@ def covers(table: str, *entries) -> Callable:
   """Registers the decorated test as the defining-property test of `entries` of `table`."""
   COVERED.setdefault(table, set()).update(entries)
   return lambda fn: fn
+
+
+def fake_cpu_env(devices: int, *flags: str) -> dict:
+  """os.environ for a subprocess on `devices` fake CPU devices; the suite's XLA_FLAGS stay."""
+  xla = [os.environ.get('XLA_FLAGS', ''), f'--xla_force_host_platform_device_count={devices}', *flags]
+  return {**os.environ, 'PYTHONPATH': ROOT, 'JAX_PLATFORMS': 'cpu', 'XLA_FLAGS': ' '.join(xla).strip()}
 
 
 def _apply(c, overrides: dict):

@@ -6,8 +6,7 @@ import subprocess
 import sys
 
 from depthscale.training import host_threads
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.helpers import fake_cpu_env
 # A sum over 8 fake devices, then XLA's intra-op worker threads of this process, counted.
 PROBE = """
 import collections, os
@@ -39,9 +38,7 @@ def test_fake_devices_get_several_threads_each_unless_the_user_chose():
 
 
 def test_xla_cpu_starts_the_threads_asked_for():
-  env = {k: v for k, v in os.environ.items() if k not in ('PJRT_NPROC', 'NPROC')}
-  env.update(PYTHONPATH=ROOT, JAX_PLATFORMS='cpu',
-             XLA_FLAGS='--xla_force_host_platform_device_count=8')
+  env = {k: v for k, v in fake_cpu_env(8).items() if k not in ('PJRT_NPROC', 'NPROC')}
   out = subprocess.run([sys.executable, '-c', PROBE], env=env, capture_output=True, text=True,
                        check=True)
   assert int(out.stdout.split()[-1]) == WANT

@@ -2,7 +2,6 @@
 host-memory settings follow the platform of the devices a program is compiled for; the
 Pallas TPU splash attention (interpreted on CPU) equals XLA's attention."""
 
-import os
 import subprocess
 import sys
 
@@ -18,9 +17,8 @@ from depthscale.model.transformer import make_model
 from depthscale.training import host_memory, sharding
 from depthscale.training.optim import make_optimizer
 from depthscale.training.steps import init_state, model_loss
-from tests.helpers import tiny_config
+from tests.helpers import fake_cpu_env, tiny_config
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.mark.parametrize('platform,kernel,unroll', [('cpu', 'blocked', 16), ('tpu', 'splash', 0),
@@ -107,9 +105,7 @@ print('OK', 'shard_map' in text or 'sdy.manual_computation' in text)
 
 def test_splash_attention_under_shard_map_on_a_mesh_equals_xla():
   """8 fake devices, batch over data x fsdp, heads (4 query, 2 kv) over tensor."""
-  env = {**os.environ, 'PYTHONPATH': ROOT, 'JAX_PLATFORMS': 'cpu',
-         'XLA_FLAGS': '--xla_force_host_platform_device_count=8'}
-  out = subprocess.run([sys.executable, '-c', SHARDED], env=env, capture_output=True, text=True,
+  out = subprocess.run([sys.executable, '-c', SHARDED], env=fake_cpu_env(8), capture_output=True, text=True,
                        timeout=600)
   assert out.returncode == 0, out.stderr[-3000:]
   assert out.stdout.split()[-2:] == ['OK', 'True']

@@ -18,6 +18,7 @@ import pytest
 
 from depthscale.config import ConfigError, default_config
 from depthscale.training import distributed, sharding
+from tests.helpers import fake_cpu_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Loaded 2-core CI machines can starve a device thread past XLA's 40 s rendezvous limit.
@@ -34,8 +35,7 @@ CASES_TIMEOUT, PROCESS_TIMEOUT = 1200, 480
 
 
 def _env(devices: int) -> dict:
-  return {**os.environ, 'PYTHONPATH': ROOT, 'JAX_PLATFORMS': 'cpu',
-          'XLA_FLAGS': f'--xla_force_host_platform_device_count={devices} {SLOW_RENDEZVOUS}'}
+  return fake_cpu_env(devices, SLOW_RENDEZVOUS)
 
 
 def _result(proc_out: str) -> dict:
