@@ -13,10 +13,11 @@ from xdist.scheduler import LoadScopeScheduling
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Identical programs (seeds of a ladder, a run and its resume, CLI subprocesses, notebook
-# kernels, xdist workers) compile once: the environment reaches every subprocess.
+# kernels, xdist workers) compile once: the environment reaches every subprocess. Programs
+# under 0.3 s to compile (eager ops of the references) are not worth a disk entry each.
 os.environ.setdefault('JAX_COMPILATION_CACHE_DIR',
                       os.path.join(tempfile.gettempdir(), 'depthscale-tests-jax-cache'))
-os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS', '0')
+os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS', '0.3')
 os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES', '0')
 # The test extra brings libtpu; the tests run on the CPU and compile for TPU topologies
 # explicitly, so no process probes for a TPU (seconds per process, and warnings on stderr).
