@@ -18,9 +18,8 @@ import pytest
 
 from depthscale.config import ConfigError, default_config
 from depthscale.training import distributed, sharding
-from tests.helpers import fake_cpu_env
+from tests.helpers import ROOT, fake_cpu_env
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Loaded 2-core CI machines can starve a device thread past XLA's 40 s rendezvous limit.
 SLOW_RENDEZVOUS = ('--xla_cpu_collective_call_terminate_timeout_seconds=600 '
                    '--xla_cpu_collective_call_warn_stuck_timeout_seconds=120')
