@@ -21,7 +21,7 @@ L0 = 2  # base depth: every parametrization agrees at L = L0
 # name -> (D, heads, coord-check depths, sweep depths, learning rates, parametrizations,
 #          seq_len, batch, steps, log_every)
 SIZES = {
-    'smoke': (32, 1, [2, 16], [8], [1e-2], ('standard', 'completep'), 32, 8, 20, 10),
+    'smoke': (32, 1, [2, 16], [8], [1e-2], ('standard', 'depth_mup', 'completep'), 32, 8, 20, 10),
     'cpu': (32, 1, [2, 4, 8, 16], [2, 4, 8, 16], [1e-3, 3e-3, 1e-2, 3e-2],
             ('standard', 'depth_mup', 'completep'), 64, 16, 200, 50),
     'paper': (1024, 16, [2, 8, 32, 128], [2, 4, 8, 16, 32, 64, 128], [2 ** -k for k in range(4, 12)],

@@ -8,6 +8,12 @@ Run (arg = smoke | cpu | paper; default cpu):
 Runtime: see notebooks/norm_free.py and the README (cpu: 3 norms x 3 seeds, L8 d64, 300 steps).
 Expected result (measured, cpu): see notebooks/norm_free.py; DyT and Derf train without
 any normalization, and their saturation fraction per block is logged over training.
+Paper size on TPU (`--dry_run --topology=v5p-16`, recorded in
+experiments/dryrun/repro_norm_free.paper.v5p-16.json): the rungs do not fit v5p-8, the
+smallest v5p slice (the TPU compiler refuses the DyT rung there), so v5p-16 is the smallest
+that holds them; 85.2M parameters per rung (byte vocabulary), 8-way data parallel.
+TPU dry run on v5p-16: every rung fits (peak 58.2 GiB of 88.5 GiB per chip); estimated step
+0.14-0.147 s (roofline estimate, not measured).
 """
 
 from depthscale.ladder import Rung, cross

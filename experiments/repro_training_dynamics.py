@@ -5,10 +5,12 @@ increasing layer dropout plus an early-exit loss). Backs notebooks/training_dyna
 Run (arg = smoke | cpu | paper; default cpu):
   python -m depthscale.main --config=experiments/repro_training_dynamics.py:cpu --workdir=runs/training_dynamics
 
-Runtime: see notebooks/training_dynamics.py and the README (cpu: 5 variants x 3 seeds,
+Runtime: see notebooks/training_dynamics.py and the README (cpu: 6 variants x 3 seeds,
 L8 d64, 300 steps).
 Expected result (measured, cpu): under ProRes the deep blocks' update ratio stays near 0
-until their warmup starts; LayerDrop makes skipping a single block cost less loss;
+until their warmup starts; LayerDrop makes skipping a single block cost less loss (than
+Pre-LN, and at the cpu size than pre_ln_quarter, Pre-LN trained a quarter as long to
+about LayerDrop's loss: the undertraining control);
 LayerSkip brings the early layers' logit-lens predictions closer to the final ones (and,
 at the smoke size, closer than its control layerskip_no_exit: the same layer dropout
 without the early-exit loss).
@@ -35,6 +37,8 @@ def variants(arg: str | None) -> dict[str, dict]:
       'layerskip': {'train.layerskip_p_max': 0.2, 'train.early_exit_scale': 0.1},
       # control: LayerSkip's layer dropout without its early-exit loss
       'layerskip_no_exit': {'train.layerskip_p_max': 0.2, 'train.early_exit_scale': 0.0},
+      # control: Pre-LN trained a quarter as long, to about LayerDrop's loss (cpu size)
+      'pre_ln_quarter': {'train.steps': steps // 4},
   }
 
 

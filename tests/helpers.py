@@ -14,9 +14,11 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from depthscale import data
 from depthscale.config import default_config
 from depthscale.model.placements import layer_schedule
 from depthscale.model.transformer import Block, Transformer, make_model
+from depthscale.training.steps import make_eval_step
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COVERED: dict[str, set] = {}  # table name -> entries with a registered property test
@@ -32,6 +34,13 @@ def fake_cpu_env(devices: int, *flags: str) -> dict:
   """os.environ for a subprocess on `devices` fake CPU devices; the suite's XLA_FLAGS stay."""
   xla = [os.environ.get('XLA_FLAGS', ''), f'--xla_force_host_platform_device_count={devices}', *flags]
   return {**os.environ, 'PYTHONPATH': ROOT, 'JAX_PLATFORMS': 'cpu', 'XLA_FLAGS': ' '.join(xla).strip()}
+
+
+def heldout_loss(model, params, cfg) -> float:
+  """Mean loss on a held-out batch no training step saw (the eval set drawn with seed 1)."""
+  batch = data.eval_batches(cfg.data, 1, 1)[0]
+  out = jax.jit(make_eval_step(model, []))(params, batch)
+  return float(out['loss_sum'] / out['weight_sum'])
 
 
 def _apply(c, overrides: dict):

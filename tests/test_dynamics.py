@@ -1,5 +1,5 @@
 """Training dynamics (ProRes, BranchNorm, LayerDrop, LayerSkip, Q/K slow-down, LLR) by their
-defining properties, and every training-dynamics method trains 20 steps with a finite loss."""
+defining properties, and every training-dynamics method lowers the held-out loss in 20 steps."""
 
 import math
 
@@ -15,7 +15,7 @@ from depthscale.model.transformer import Transformer, apply_unrolled, make_model
 from depthscale.training import dynamics, llr
 from depthscale.training.optim import lr_multipliers, make_optimizer, schedule
 from depthscale.training.steps import early_exit_weights, init_state, make_train_step, model_loss
-from tests.helpers import covers, tiny_config
+from tests.helpers import covers, heldout_loss, tiny_config
 
 
 def _setup(cfg):
@@ -201,10 +201,11 @@ METHODS = {
 
 
 @pytest.mark.parametrize('name', list(METHODS))
-def test_trains_20_steps_with_finite_loss(name):
+def test_trains_20_steps_and_lowers_the_heldout_loss(name):
   cfg = tiny_config(**{'model.num_layers': 2, 'train.steps': 20, **METHODS[name]})
   model, tx = make_model(cfg), make_optimizer(cfg)
   state = jax.jit(init_state, static_argnums=(0, 1, 2, 3))(model, tx, 0, cfg.data.seq_len)
+  init_params = state['params']
   step = jax.jit(make_train_step(model, tx, schedule(cfg), cfg))
   it = data.train_iterator(cfg.data, 0)
   losses = []
@@ -212,7 +213,10 @@ def test_trains_20_steps_with_finite_loss(name):
     state, out = step(state, next(it))
     assert bool(out['ok'])
     losses.append(float(out['loss']))
-  assert np.all(np.isfinite(losses)) and losses[-1] < losses[0]
+  assert np.all(np.isfinite(losses))
+  # held-out loss drop, measured 0.38 (completep+deepnorm+layerskip) to 11.5 nats; Pre-LN 0.76
+  drop = heldout_loss(model, init_params, cfg) - heldout_loss(model, state['params'], cfg)
+  assert drop > 0.2, drop
 
 
 def _prores_reference(kind: str, value: str, t: float, w: int, n: int) -> np.ndarray:

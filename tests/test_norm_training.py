@@ -1,5 +1,5 @@
-"""Every normalization method trains 20 steps on the embedded data with a finite loss,
-and its scanned model equals the Python loop over blocks (every placement).
+"""Every normalization method trains 20 steps on the embedded data (its loss on a held-out
+batch drops), and its trained scanned model equals the Python loop over blocks.
 
 The cases combine modifiers and norm functions with placements, so each method appears
 at least once with one compile per case.
@@ -17,7 +17,7 @@ from depthscale.model import norms, placements
 from depthscale.model.transformer import apply_unrolled, make_model
 from depthscale.training.optim import make_optimizer, schedule
 from depthscale.training.steps import init_state, make_train_step
-from tests.helpers import small_config, tokens
+from tests.helpers import heldout_loss, small_config, tokens
 
 CASES = {
     'post_ln': {'model.block': 'post_ln', 'model.norm': 'scalenorm', 'model.gpas': True,
@@ -73,15 +73,21 @@ def trained(case: str):
   return model, init_params, state['params'], losses
 
 
+# Held-out loss drop after STEPS steps, nats: measured 0.06 (ngpt) to 3.5 (simple_norm),
+# Pre-LN 0.32; without any normalization this model barely moves yet (0.005).
+MIN_DROP = {'norm_free': 0.002}
+
+
 @pytest.mark.parametrize('case', list(CASES))
-def test_trains_with_finite_loss_and_scan_equals_unrolled(case):
-  model, init_params, _, losses = trained(case)
+def test_trains_and_trained_scan_equals_unrolled(case):
+  model, init_params, params, losses = trained(case)
   assert np.all(np.isfinite(losses)), losses
-  assert min(losses[-5:]) < losses[0]
-  toks = tokens(small_config())
-  scanned, _ = model.apply({'params': init_params}, toks)
-  np.testing.assert_allclose(scanned, apply_unrolled(model, init_params, toks),
-                             rtol=1e-5, atol=1e-5)
+  cfg = small_config(**CASES[case])
+  drop = heldout_loss(model, init_params, cfg) - heldout_loss(model, params, cfg)
+  assert drop > MIN_DROP.get(case, 0.04), drop
+  toks = tokens(small_config())  # trained: gates and scales away from their init values
+  scanned, _ = model.apply({'params': params}, toks)
+  np.testing.assert_allclose(scanned, apply_unrolled(model, params, toks), rtol=1e-5, atol=1e-5)
 
 
 def test_ngpt_weights_stay_on_the_unit_sphere_after_steps():

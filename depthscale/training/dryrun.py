@@ -251,7 +251,8 @@ def dry_run(config_arg: str, overrides: dict | None = None, rung: str | None = N
 
 # Fields that change no compiled shape, memory or cost (values only): rungs differing only
 # here share one check.
-VALUE_ONLY = (('train', 'seed'), ('optim', 'lr'), ('optim', 'warmup_steps'), ('model', 'init_std'))
+VALUE_ONLY = (('train', 'seed'), ('train', 'steps'), ('optim', 'lr'), ('optim', 'warmup_steps'),
+              ('model', 'init_std'))
 
 
 def _shape_key(cfg) -> str:
@@ -270,6 +271,7 @@ def summary(record: dict) -> str:
   hbm = rungs[0]['hbm_bytes_per_device'] / GIB
   steps = [r['estimate']['step_s'] for r in rungs]
   where = f'{name} x {record["num_slices"]}' if record['num_slices'] > 1 else name
+  step = '-'.join(dict.fromkeys(f'{s:.3g}' for s in (min(steps), max(steps))))  # one if equal
   return (f'TPU dry run on {where}: {"every rung fits" if fit else "not every rung fits"} '
           f'(peak {peak:.1f} GiB of {hbm:.1f} GiB per chip); estimated step '
-          f'{min(steps):.3g}-{max(steps):.3g} s (roofline estimate, not measured).')
+          f'{step} s (roofline estimate, not measured).')
