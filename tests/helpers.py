@@ -36,11 +36,20 @@ def fake_cpu_env(devices: int, *flags: str) -> dict:
   return {**os.environ, 'PYTHONPATH': ROOT, 'JAX_PLATFORMS': 'cpu', 'XLA_FLAGS': ' '.join(xla).strip()}
 
 
-def heldout_loss(model, params, cfg) -> float:
-  """Mean loss on a held-out batch no training step saw (the eval set drawn with seed 1)."""
-  batch = data.eval_batches(cfg.data, 1, 1)[0]
-  out = jax.jit(make_eval_step(model, []))(params, batch)
-  return float(out['loss_sum'] / out['weight_sum'])
+def batch_loss(model, batch) -> Callable:
+  """params -> mean loss on `batch`, one compiled eval step for every params given."""
+  step = jax.jit(make_eval_step(model, []))
+
+  def loss(params) -> float:
+    out = step(params, batch)
+    return float(out['loss_sum'] / out['weight_sum'])
+
+  return loss
+
+
+def heldout_batch(cfg):
+  """A batch no training step sees: the eval set drawn with seed 1."""
+  return data.eval_batches(cfg.data, 1, 1)[0]
 
 
 def _apply(c, overrides: dict):

@@ -17,7 +17,7 @@ from depthscale.model import norms, placements
 from depthscale.model.transformer import apply_unrolled, make_model
 from depthscale.training.optim import make_optimizer, schedule
 from depthscale.training.steps import init_state, make_train_step
-from tests.helpers import heldout_loss, small_config, tokens
+from tests.helpers import batch_loss, heldout_batch, small_config, tokens
 
 CASES = {
     'post_ln': {'model.block': 'post_ln', 'model.norm': 'scalenorm', 'model.gpas': True,
@@ -83,7 +83,8 @@ def test_trains_and_trained_scan_equals_unrolled(case):
   model, init_params, params, losses = trained(case)
   assert np.all(np.isfinite(losses)), losses
   cfg = small_config(**CASES[case])
-  drop = heldout_loss(model, init_params, cfg) - heldout_loss(model, params, cfg)
+  loss = batch_loss(model, heldout_batch(cfg))
+  drop = loss(init_params) - loss(params)
   assert drop > MIN_DROP.get(case, 0.04), drop
   toks = tokens(small_config())  # trained: gates and scales away from their init values
   scanned, _ = model.apply({'params': params}, toks)

@@ -5,14 +5,13 @@ checked in test_residual.py)."""
 
 import jax
 import numpy as np
-import optax
 import pytest
 
 from depthscale import config
 from depthscale.model.transformer import apply_unrolled, make_model
 from depthscale.training.optim import make_optimizer, schedule
 from depthscale.training.steps import init_state, make_train_step
-from tests.helpers import tiny_config
+from tests.helpers import batch_loss, tiny_config
 
 CASES = {
     'hc_dynamic+satformer': {'model.residual': 'hyper_connections', 'model.value_residual': 'satformer'},
@@ -52,8 +51,6 @@ def test_design_scans_and_trains(name):
   # one batch, 20 steps: it memorizes, and the blocks' share shows when they are reset to
   # their init (measured +0.25 nats for every Pre-LN design, +0.056 for Post-LN, whose
   # blocks learn slowly at first; the embedding learns the rest)
-  loss = lambda p: float(optax.softmax_cross_entropy_with_integer_labels(
-      jax.jit(model.apply)({'params': p}, batch['inputs'])[0], batch['targets']).mean())
-  trained = state['params']
+  loss, trained = batch_loss(model, batch), state['params']
   share = loss({**trained, 'blocks': init_blocks}) - loss(trained)
   assert share > (0.03 if CASES[name].get('model.block') == 'post_ln' else 0.1), share
