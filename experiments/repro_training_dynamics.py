@@ -14,6 +14,13 @@ about LayerDrop's loss: the undertraining control);
 LayerSkip brings the early layers' logit-lens predictions closer to the final ones (and,
 at the smoke size, closer than its control layerskip_no_exit: the same layer dropout
 without the early-exit loss).
+Paper size on TPU (`--dry_run --topology=v5p-16`, recorded in
+experiments/dryrun/repro_training_dynamics.paper.v5p-16.json): v5p-16 is the smallest v5p
+slice that holds the ladder. On v5p-8 the TPU compiler refuses the layerskip rung (114.8 GB
+of temporaries against 95.7 GB of HBM per chip; `model.remat=nothing_saveable` would fit
+it at a peak of 24.5 GiB); 302.4M parameters per rung, 8-way data parallel.
+TPU dry run on v5p-16: every rung fits (peak 63.7 GiB of 88.5 GiB per chip); estimated step
+0.2 s (roofline estimate, not measured).
 """
 
 from depthscale.ladder import Rung, cross
