@@ -178,11 +178,11 @@ def find_fit(cfg, devices, slice_) -> str | None:
   return None
 
 
-def _line(rung: str, r: dict) -> str:
-  """One table row of a rung's report."""
+def _line(rung: str, r: dict, width: int) -> str:
+  """One table row of a rung's report, the rung's name padded to `width`."""
   mem = lambda b: f'{b / GIB:8.2f}'
   plain, stats = r['steps']['plain'], r['steps']['stats']
-  row = (f'{rung:<16} {r["params"] / 1e6:8.1f} {str(tuple(r["mesh"].values())):<14} '
+  row = (f'{rung:<{width}} {r["params"] / 1e6:8.1f} {str(tuple(r["mesh"].values())):<14} '
          f'{plain["compile_s"]:6.0f} {stats["compile_s"]:6.0f} {mem(plain["memory"]["argument"])} '
          f'{mem(plain["memory"]["temp"])} {mem(stats["memory"]["temp"])} '
          f'{mem(r["peak_bytes_per_device"])}')
@@ -196,7 +196,7 @@ def _line(rung: str, r: dict) -> str:
   return row
 
 
-HEADER = (f'{"rung":<16} {"params_M":>8} {"mesh d,f,t":<14} {"c_plain":>6} {"c_stats":>6} '
+HEADER = (f'{"params_M":>8} {"mesh d,f,t":<14} {"c_plain":>6} {"c_stats":>6} '
           f'{"arg_GiB":>8} {"tmp_GiB":>8} {"tmpS_GiB":>8} {"peak_GiB":>8}')
 
 
@@ -220,7 +220,9 @@ def dry_run(config_arg: str, overrides: dict | None = None, rung: str | None = N
            if slice_ else f'{jax.device_count()} {jax.devices()[0].platform} devices')
   print(f'dry run on {where}; memory per device, compile times (c_*) in s', flush=True)
   reports, seen = [], {}
-  for r, cfg in resolve(config_arg, overrides, rung, check_machine=False):
+  resolved = resolve(config_arg, overrides, rung, check_machine=False)
+  width = max([16] + [len(r.name) for r, _ in resolved])  # the rung column
+  for r, cfg in resolved:
     key = _shape_key(cfg)
     if key not in seen:
       try:
@@ -232,9 +234,9 @@ def dry_run(config_arg: str, overrides: dict | None = None, rung: str | None = N
       seen[key] = (report, lines)
     report, lines = seen[key]
     if not reports:
-      print(header, flush=True)
-    print(f'{r.name:<16} DOES NOT FIT: {report["error"]}' if 'error' in report
-          else _line(r.name, report), flush=True)
+      print(f'{"rung":<{width}} {header}', flush=True)
+    print(f'{r.name:<{width}} DOES NOT FIT: {report["error"]}' if 'error' in report
+          else _line(r.name, report, width), flush=True)
     if 'to_fit' in report:
       print(f'  to fit: {report["to_fit"]}', flush=True)
     if shardings:
