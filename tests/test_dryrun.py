@@ -112,6 +112,14 @@ def test_estimate_is_the_roofline_of_the_chip():
   assert memory_bound['mfu'] == pytest.approx(2e12 / (8.0 * chip.peak_bf16_flops / 2))
 
 
+
+def test_an_xla_flops_undercount_is_flagged():
+  """The 1B rung on v5p-64 (32-way fsdp): XLA counted 16% of the analytic FLOPs."""
+  record = {'xla_flops_per_device': 19.3e12, 'model_flops_per_device': 119.0e12}
+  assert '16% of the analytic FLOPs' in dryrun.flops_note(record)
+  assert dryrun.flops_note({**record, 'xla_flops_per_device': 0.86 * 119.0e12}) is None
+  assert dryrun.flops_note({'model_flops_per_device': 1e12}) is None  # not scaled: no claim
+
 @needs_libtpu
 @pytest.mark.filterwarnings('ignore:Error reading persistent compilation cache')
 def test_a_rung_the_tpu_compiler_refuses_is_reported_and_the_ladder_goes_on(tmp_path,
