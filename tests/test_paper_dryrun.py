@@ -1,6 +1,7 @@
 """Paper-size ladders are checked: each recorded TPU dry run (experiments/dryrun/*.json,
 written by --dry_run --topology --dry_run_json) is of the ladder as it is now (rung names,
-parameter counts) and the experiment's docstring states its result."""
+parameter counts), and the experiment's docstring and every doc that names the record
+state its result."""
 
 import glob
 import json
@@ -17,6 +18,16 @@ from depthscale.training import dryrun
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RECORDS = sorted(glob.glob(os.path.join(ROOT, 'experiments', 'dryrun', '*.json')))
+DOCS = [os.path.join(ROOT, 'README.md')] + sorted(glob.glob(os.path.join(ROOT, 'docs', '*.md')))
+
+
+def _record(path: str) -> dict:
+  with open(path) as f:
+    return json.load(f)
+
+
+def _words(text: str) -> str:
+  return ' '.join(text.split())
 
 
 def _params(cfg) -> int:
@@ -32,11 +43,22 @@ def test_records_exist():
 
 @pytest.mark.parametrize('path', RECORDS, ids=os.path.basename)
 def test_docstring_states_the_recorded_dry_run_of_the_current_ladder(path):
-  with open(path) as f:
-    record = json.load(f)
+  record = _record(path)
   config_arg = os.path.join(ROOT, record['config'])
-  doc = ' '.join(load_module(split_arg(config_arg)[0]).__doc__.split())
-  assert dryrun.summary(record) in doc
+  assert dryrun.summary(record) in _words(load_module(split_arg(config_arg)[0]).__doc__)
   resolved = resolve(config_arg)
   assert [r.name for r, _ in resolved] == [r['rung'] for r in record['rungs']]
   assert [_params(cfg) for _, cfg in resolved] == [r['params'] for r in record['rungs']]
+
+
+def test_docs_naming_a_record_state_its_result():
+  named = []
+  for doc in DOCS:
+    with open(doc) as f:
+      text = _words(f.read())
+    for path in RECORDS:
+      if os.path.relpath(path, ROOT) in text:
+        named.append((os.path.relpath(doc, ROOT), os.path.relpath(path, ROOT)))
+        assert dryrun.summary(_record(path)) in text, f'{named[-1]}: the doc omits the result'
+  pod_recipe = 'experiments/dryrun/pod_1b.v5p-64.json'
+  assert {('README.md', pod_recipe), ('docs/scaling.md', pod_recipe)} <= set(named)
