@@ -30,8 +30,9 @@ ESTIMATE = ('estimate (not measured): step_s = max(F / peak_bf16, B / hbm_bw) pe
 
 # Below this share of the analytic FLOPs, XLA's count is flagged as an undercount. Measured:
 # the Pallas kernels' FLOPs are not counted (0.86 for training_dynamics' paper rungs at T
-# 1024); the 1B rung fully sharded over v5p-64's 32 chips counts 0.16 (its dots are split
-# around collective permutes; the same rung on 4 chips counts 0.95).
+# 1024); the 1B rung fully sharded over v5p-64's 32 chips counts 0.16 (its program has no
+# loops but ~400 collective permutes: likely dots split into collective matmuls; the same
+# rung on 4 chips counts 0.93-0.95).
 XLA_FLOPS_SHARE = 0.75
 
 
