@@ -17,7 +17,7 @@ import jax.numpy as jnp
 from depthscale import data
 from depthscale.config import default_config
 from depthscale.model.placements import layer_schedule
-from depthscale.model.transformer import Block, Transformer, make_model
+from depthscale.model.transformer import Block, Transformer, make_model, param_counts
 from depthscale.training.steps import make_eval_step
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -99,6 +99,13 @@ def init(method: str | None = None, **overrides):
   cfg = small_config(**overrides)
   params = _init_cached(tuple(sorted(overrides.items())), method)
   return make_model(cfg), jax.tree.map(jnp.array, params)
+
+
+def param_count(cfg) -> int:
+  """The parameters of cfg's model, from abstract shapes (nothing initialized)."""
+  toks = jax.ShapeDtypeStruct((1, cfg.data.seq_len), jnp.int32)
+  return param_counts(nn.unbox(jax.eval_shape(make_model(cfg).init, jax.random.PRNGKey(0),
+                                              toks))['params'])[0]
 
 
 def tokens(cfg, seed: int = 1):

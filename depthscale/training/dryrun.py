@@ -46,7 +46,12 @@ def abstract_batch(cfg, plan: sharding.Plan) -> dict:
 
 
 class OutOfMemory(Exception):
-  """The compiler refused a program: its buffers exceed the device's memory."""
+  """The compiler refused a program: its buffers exceed the device's memory. Carries the
+  rung's (total, non-embedding) parameter counts, which need no compiled program."""
+
+  def __init__(self, line: str, params: tuple[int, int]):
+    super().__init__(line)
+    self.params = params
 
 
 def compile_step(cfg, collect_stats: bool, devices=None):
@@ -64,7 +69,8 @@ def compile_step(cfg, collect_stats: bool, devices=None):
   except jax.errors.JaxRuntimeError as e:
     if 'RESOURCE_EXHAUSTED' not in str(e):
       raise
-    raise OutOfMemory(str(e).strip().splitlines()[0]) from None
+    raise OutOfMemory(str(e).strip().splitlines()[0],
+                      param_counts(plan.abstract_state['params'])) from None
   return compiled, plan, time.perf_counter() - t0
 
 
@@ -245,14 +251,17 @@ def dry_run(config_arg: str, overrides: dict | None = None, rung: str | None = N
       try:
         report, lines = check_rung(cfg, devices, slice_, scale_cost and slice_ is not None)
       except OutOfMemory as e:  # the TPU compiler refuses what does not fit its HBM
-        report, lines = {'fits': False, 'error': str(e)}, []
+        total, non_emb = e.params
+        report = {'params': total, 'non_embedding_params': non_emb, 'fits': False, 'error': str(e)}
+        lines = []
       if slice_ is not None and not report['fits']:
         report['to_fit'] = find_fit(cfg, devices, slice_) or 'none of the alternatives tried'
       seen[key] = (report, lines)
     report, lines = seen[key]
     if not reports:
       print(f'{"rung":<{width}} {header}', flush=True)
-    print(f'{r.name:<{width}} DOES NOT FIT: {report["error"]}' if 'error' in report
+    print(f'{r.name:<{width}} {report["params"] / 1e6:8.1f} DOES NOT FIT: {report["error"]}'
+          if 'error' in report
           else _line(r.name, report, width), flush=True)
     if 'to_fit' in report:
       print(f'  to fit: {report["to_fit"]}', flush=True)
