@@ -6,7 +6,7 @@ for a TPU slice on this host (no TPU needed; `pip install -e ".[tpu]"`).
       [--batch=4] [--heads=8] [--kv_heads=8] [--head_dim=128]
 
 Each program is jit(value_and_grad(sum(attention(q, k, v)))) in bf16, batch sharded over
-the slice's chips; the table gives memory_analysis() per chip.
+the slice's chips; the table gives memory_analysis() per chip (depthscale.training.dryrun.memory).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks import common  # pylint: disable=wrong-import-position
 from depthscale.model import ops  # pylint: disable=wrong-import-position
-from depthscale.training import topology  # pylint: disable=wrong-import-position
+from depthscale.training import dryrun, topology  # pylint: disable=wrong-import-position
 
 KERNELS = ('splash', 'xla')
 MIB = 2 ** 20
@@ -62,10 +62,9 @@ def main() -> None:
     for kernel in KERNELS:
       compiled, seconds = compile_attention(kernel, mesh, (a.batch, t, a.heads, a.head_dim),
                                             (a.batch, t, a.kv_heads, a.head_dim))
-      m = compiled.memory_analysis()
-      hlo = compiled.as_text()
-      rows.append([t, kernel, 'tpu_custom_call' in hlo, m.argument_size_in_bytes / MIB,
-                   m.output_size_in_bytes / MIB, m.temp_size_in_bytes / MIB, seconds])
+      m = dryrun.memory(compiled)
+      rows.append([t, kernel, 'tpu_custom_call' in compiled.as_text(), m['argument'] / MIB,
+                   m['output'] / MIB, m['temp'] / MIB, seconds])
       print(rows[-1], flush=True)
   print(f'\n{a.topology} ({len(devices)} chips), B {a.batch}, H {a.heads}, KV {a.kv_heads}, '
         f'E {a.head_dim}, bf16, forward + backward; MiB per chip')

@@ -265,8 +265,9 @@ def dry_run(config_arg: str, overrides: dict | None = None, rung: str | None = N
           else _line(r.name, report, width), flush=True)
     if 'to_fit' in report:
       print(f'  to fit: {report["to_fit"]}', flush=True)
-    if flops_note(report):
-      print(flops_note(report), flush=True)
+    note = flops_note(report)
+    if note:
+      print(note, flush=True)
     if shardings:
       print('\n'.join(lines), flush=True)
     reports.append({'rung': r.name, **report})
