@@ -13,14 +13,15 @@ Expected result (measured, cpu): after a few steps the last block's activation R
 with depth under the standard parametrization and stays flat under depth-muP and
 CompleteP (the coordinate check); the best learning rate per depth is reported.
 Paper size on TPU (`--dry_run --topology=v5p-256`, recorded in
-experiments/dryrun/repro_depth_transfer.paper.v5p-256.json; 168 rungs, 21 distinct programs:
-3 parametrizations x depths 2-128 at d1024, 25.4M-1.61B parameters, 128-way data parallel,
+experiments/dryrun/repro_depth_transfer.paper.v5p-256.json; 168 rungs, 21 distinct programs: 3
+parametrizations x depths 2-128 at d1024, 25.4M-1.61B parameters, 128-way data parallel,
 float32, no remat): v5p-256 is the smallest v5p slice that holds the whole ladder as
 configured. The L128 rungs decide it; per-chip memory grows linearly with depth (peak 34.1 GiB
-at L64, 68.1 GiB at L128) and differs by under 1% between the parametrizations. Measured on smaller
-slices and not recorded: on v5p-128 the TPU compiler refuses completep L128 (97.67 GB of
-temporaries against 95.74 GB of HBM per chip; `model.remat=nothing_saveable` would fit at 36.5
-GiB), and on v5p-64 L128 needs 168 GB of temporaries (remat: 44.1 GiB). MFU estimate 42-46%.
+at L64, 68.1 GiB at L128) and differs by under 1% between the parametrizations. Measured on
+smaller slices and not recorded: on v5p-128 the TPU compiler refuses completep L128 (97.67 GB
+of temporaries against 95.74 GB of HBM per chip; `model.remat=nothing_saveable` would fit at
+36.5 GiB), and on v5p-64 L128 needs 168 GB of temporaries (remat: 44.1 GiB). MFU estimate
+42-46%.
 TPU dry run on v5p-256: every rung fits (peak 68.1 GiB of 88.5 GiB per chip); estimated step
 0.00428-0.253 s (roofline estimate, not measured).
 """
