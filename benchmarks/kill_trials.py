@@ -33,7 +33,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from depthscale.results.loader import tensorboard_duplicates
-from depthscale.training.writers import read_jsonl
+from depthscale.storage import read_jsonl
 
 RUNG = 'pre_ln_L2'
 LOGS = ('train_log.jsonl', 'eval_log.jsonl', 'layer_metrics.jsonl', 'analysis_log.jsonl')

@@ -8,12 +8,13 @@ loss_vs_depth.png (final eval loss vs L, one line per variant) and profiles.png
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 import ml_collections
 import pandas as pd
 
+from depthscale import storage
+from depthscale.errors import ConfigError
 from depthscale.results import plots
 from depthscale.results.loader import Results, load
 from depthscale.results.report import COLUMNS, rung_row, table
@@ -53,8 +54,8 @@ def compare(ladder_dir: str, out_dir: str | None = None) -> tuple[str, list[str]
   res = load(ladder_dir)
   if res.summaries.empty:
     raise SystemExit(f'error: {ladder_dir} has no finished rung (no */summary.json)')
-  out_dir = out_dir or os.path.join(ladder_dir, 'compare')
-  os.makedirs(out_dir, exist_ok=True)
+  out_dir = out_dir or storage.join(ladder_dir, 'compare')
+  storage.makedirs(out_dir)
   labels = variant_labels(res.configs)
   depth = res.configs.set_index('rung')['model.num_layers']
   curves: dict[str, tuple[list[int], list[float]]] = {}
@@ -62,7 +63,7 @@ def compare(ladder_dir: str, out_dir: str | None = None) -> tuple[str, list[str]
     depths, losses = curves.setdefault(labels[s.rung], ([], []))
     depths.append(int(depth[s.rung]))
     losses.append(float(s['final_eval_loss']))
-  paths = [os.path.join(out_dir, 'loss_vs_depth.png'), os.path.join(out_dir, 'profiles.png')]
+  paths = [storage.join(out_dir, 'loss_vs_depth.png'), storage.join(out_dir, 'profiles.png')]
   plots.loss_vs_depth(curves, paths[0])
   plots.final_profiles({r: res.final_profile(r) for r in res.summaries.rung}, paths[1])
   return table(rows(res), COLUMNS + ED_COLUMNS), paths
@@ -73,7 +74,12 @@ def main(argv: list[str] | None = None) -> None:
   parser.add_argument('ladder_dir', help='a ladder directory (one subdirectory per rung)')
   parser.add_argument('--out', default=None, help='where the PNGs go (default LADDER_DIR/compare)')
   args = parser.parse_args(argv)
-  if not os.path.isdir(args.ladder_dir):
+  try:
+    storage.check_bucket(args.ladder_dir, 'ladder_dir')
+    storage.check_bucket(args.out or '', '--out')
+  except ConfigError as e:
+    parser.exit(2, f'error: {e}\n')
+  if not storage.isdir(args.ladder_dir):
     parser.exit(2, f'error: ladder_dir={args.ladder_dir!r} is not a directory\n')
   text, paths = compare(args.ladder_dir, args.out)
   print(text)

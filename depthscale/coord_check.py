@@ -11,7 +11,6 @@ varied size, one line per step.
 
 from __future__ import annotations
 
-import os
 import sys
 
 import jax
@@ -21,9 +20,10 @@ import pandas as pd
 from absl import app, flags
 from ml_collections import config_flags
 
-from depthscale import data
+from depthscale import data, storage
 from depthscale.config import ConfigError, validate
 from depthscale.model.transformer import make_model
+from depthscale.results import plots
 from depthscale.training.optim import make_optimizer, schedule
 from depthscale.training.steps import init_state, make_train_step
 
@@ -79,12 +79,14 @@ def plot(df, vary: str, path: str, title: str) -> None:
   axes[-1].legend(fontsize=7, ncol=2)
   fig.suptitle(title)
   fig.tight_layout()
-  fig.savefig(path, dpi=100)
+  plots.save(fig, path, dpi=100)
 
 
 def coord_check(cfg, vary: str, values: list[int], steps: int, out: str):
-  """Runs the sweep, writes the CSV and the PNG under out; returns the DataFrame."""
-  os.makedirs(out, exist_ok=True)
+  """Runs the sweep, writes the CSV and the PNG under out (a local path or a bucket URL);
+  returns the DataFrame."""
+  storage.check_bucket(out, '--out')
+  storage.makedirs(out)
   rows = []
   for v in values:
     c = rung_config(cfg, vary, v)
@@ -93,9 +95,10 @@ def coord_check(cfg, vary: str, values: list[int], steps: int, out: str):
       rows.append({'rung': f'{vary}{v}', 'value': v, 'num_layers': c.model.num_layers, **r})
     print(f'{vary}={v}: loss {rows[-1]["loss"]:.4f}', flush=True)
   df = pd.DataFrame(rows)
-  df.drop(columns='num_layers').to_csv(os.path.join(out, 'coord_check.csv'), index=False)
+  storage.write_text(storage.join(out, 'coord_check.csv'),
+                     df.drop(columns='num_layers').to_csv(index=False))
   m = cfg.model
-  plot(df, vary, os.path.join(out, 'coord_check.png'),
+  plot(df, vary, storage.join(out, 'coord_check.png'),
        f'{m.parametrization} (init {m.init}, lr {cfg.optim.lr:g}), vary {vary}')
   return df
 

@@ -10,6 +10,7 @@ import os
 from typing import Any
 
 from depthscale import config as config_lib
+from depthscale import storage
 from depthscale.config import default_config
 from depthscale.ladder import Rung
 from depthscale.results.report import rung_row, table
@@ -144,7 +145,7 @@ def run_ladder(config_arg: str, workdir: str, overrides: dict[str, Any] | None =
                                            for k, v in r.info.items()), flush=True)
   rows = []
   for r, cfg in resolved:
-    summary = train_rung(cfg, os.path.join(workdir, r.name), name=r.name,
+    summary = train_rung(cfg, storage.join(workdir, r.name), name=r.name,
                          allow_config_change=allow_config_change)
     if 'status' in summary:  # preempted: stop the ladder here
       return rows

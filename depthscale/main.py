@@ -15,6 +15,7 @@ import traceback
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from depthscale import storage
 from depthscale.errors import ConfigError
 from depthscale.experiment import run_ladder
 from depthscale.training import distributed, dryrun, topology
@@ -78,6 +79,8 @@ def main(argv: list[str]) -> None:
   overrides = config_flags.get_override_values(flags.FLAGS['config'])
   config_arg = config_flags.get_config_filename(flags.FLAGS['config'])
   try:
+    storage.check_bucket(_WORKDIR.value or '', '--workdir')
+    storage.check_bucket(_DRY_RUN_JSON.value or '', '--dry_run_json')
     if _DRY_RUN.value:
       dryrun.dry_run(config_arg, overrides, _RUNG.value, _TOPOLOGY.value, _NUM_SLICES.value,
                      _DRY_RUN_JSON.value)

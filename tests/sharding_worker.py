@@ -24,7 +24,7 @@ from depthscale.training import distributed, dryrun, sharding
 from depthscale.training.loop import train_rung
 from depthscale.training.optim import make_optimizer, schedule
 from depthscale.training.steps import init_state, make_train_step
-from depthscale.training.writers import read_jsonl
+from depthscale.storage import read_jsonl
 from tests.helpers import tiny_config
 
 MESHES = ((8, 1, 1), (2, 4, 1), (2, 2, 2), (1, 4, 2))

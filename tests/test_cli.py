@@ -12,7 +12,7 @@ import time
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from depthscale.training.writers import read_jsonl
+from depthscale.storage import read_jsonl
 
 pytestmark = pytest.mark.slow  # subprocesses of the CLI, end to end
 

@@ -13,7 +13,7 @@ from depthscale import compare
 from depthscale import results
 from depthscale.results import loader
 from depthscale.training.loop import train_rung
-from depthscale.training.writers import read_jsonl
+from depthscale.storage import read_jsonl
 from tests.helpers import tiny_config
 
 DEPTHS = (1, 2)

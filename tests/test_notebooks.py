@@ -38,7 +38,7 @@ def test_notebook_runs_in_smoke_mode(path, tmp_path, monkeypatch):
 
 def test_init_grad_norms_match_the_step_zero_record(tmp_path):
   from depthscale.training.loop import train_rung
-  from depthscale.training.writers import read_jsonl
+  from depthscale.storage import read_jsonl
   from tests.helpers import tiny_config
   cfg = tiny_config(**{'train.steps': 1, 'metrics.analysis_every': 0, 'metrics.images': False})
   train_rung(cfg, str(tmp_path))

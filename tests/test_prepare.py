@@ -26,7 +26,7 @@ from depthscale.data import vocab
 from depthscale.data import tokenizer as tokenizer_lib
 from depthscale.model.transformer import make_model
 from depthscale.training.loop import train_rung
-from depthscale.training.writers import read_jsonl
+from depthscale.storage import read_jsonl
 from tests.helpers import tiny_config
 
 EOS = '<|endoftext|>'

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from depthscale import atomic, data
+from depthscale import data, storage
 from depthscale.errors import ConfigError
 from depthscale.model.transformer import make_model
 from depthscale.results.loader import tensorboard_duplicates
@@ -26,7 +26,8 @@ from depthscale.training.checkpoint import Checkpointer, UnreadableCheckpoints, 
 from depthscale.training.loop import train_rung
 from depthscale.training.optim import make_optimizer
 from depthscale.training.steps import init_state
-from depthscale.training.writers import Jsonl, read_jsonl
+from depthscale.storage import read_jsonl
+from depthscale.training.writers import Jsonl
 from tests.helpers import tiny_config
 
 LOGS = ('train_log.jsonl', 'layer_metrics.jsonl', 'eval_log.jsonl')
@@ -256,13 +257,13 @@ def test_mesh_larger_than_the_devices_fails_before_anything_is_written(tmp_path)
 
 def test_atomic_write_keeps_the_old_file_when_interrupted(tmp_path, monkeypatch):
   path = tmp_path / 'summary.json'
-  atomic.write_json(path, {'a': 1})
+  storage.write_json(path, {'a': 1})
 
   def fail(*_):
     raise KeyboardInterrupt
   monkeypatch.setattr(os, 'fsync', fail)
   with pytest.raises(KeyboardInterrupt):
-    atomic.write_json(path, {'a': 2})
+    storage.write_json(path, {'a': 2})
   assert json.loads(path.read_text()) == {'a': 1}
   assert os.listdir(tmp_path) == ['summary.json']  # no temporary file left
 

@@ -16,7 +16,7 @@ from depthscale.training.loop import NonFiniteError, evaluate, train_rung
 from depthscale.training import sharding
 from depthscale.training.optim import make_optimizer, schedule
 from depthscale.training.steps import init_state, make_eval_step, make_train_step, weighted_loss
-from depthscale.training.writers import read_jsonl
+from depthscale.storage import read_jsonl
 from tests.helpers import tiny_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -4,25 +4,19 @@ paths through etils.epath. Plus the held-out split by document hash."""
 
 from __future__ import annotations
 
-import glob
 import gzip
 import hashlib
 import io
 import json
 import os
-import re
 from typing import Iterator
 
 from etils import epath
 
+from depthscale import storage
 from depthscale.errors import ConfigError
 
 _BATCH = 1024  # rows per Parquet / Arrow record batch read
-
-
-def is_local(path: str) -> bool:
-  """Whether a path is on the local file system (not a bucket URL such as gs://...)."""
-  return re.match(r'^[a-z][a-z0-9+.-]*://', path) is None
 
 
 def _hf_files(root: epath.Path) -> list[epath.Path]:
@@ -41,16 +35,8 @@ def _is_hf_dir(path: epath.Path) -> bool:
 def expand(pattern: str, field: str = 'data.source') -> list[str]:
   """Sorted files matching a glob (`**` recurses; bucket paths too); a `datasets`
   save_to_disk directory expands to its arrow files. Raises if nothing matches."""
-  if not is_local(pattern):
-    parts = pattern.split('/')
-    wild = next((i for i, p in enumerate(parts) if any(c in p for c in '*?[')), len(parts))
-    base = epath.Path('/'.join(parts[:wild]))
-    rest = '/'.join(parts[wild:])
-    matched = sorted(base.glob(rest)) if rest else [base]
-  else:
-    matched = [epath.Path(p) for p in sorted(glob.glob(os.path.expanduser(pattern), recursive=True))]
   paths = []
-  for p in matched:
+  for p in map(epath.Path, storage.glob(pattern)):
     if _is_hf_dir(p):
       paths += _hf_files(p)
     elif p.is_file():
@@ -63,7 +49,7 @@ def expand(pattern: str, field: str = 'data.source') -> list[str]:
 
 def file_format(path: str) -> str:
   """The format of a corpus file, from its name (.json files are read as JSON Lines)."""
-  name = os.path.basename(path).lower()
+  name = storage.name(path).lower()
   for ext in ('jsonl.gz', 'jsonl.zst', 'json.gz', 'json.zst', 'jsonl', 'json', 'parquet', 'arrow'):
     if name.endswith('.' + ext):
       return 'jsonl' if ext == 'json' else ext.replace('json.', 'jsonl.')
@@ -71,7 +57,7 @@ def file_format(path: str) -> str:
 
 
 def _lines(path: str, fmt: str) -> Iterator[bytes]:
-  with epath.Path(path).open('rb') as raw:
+  with storage.open_file(path) as raw:
     if fmt == 'jsonl.gz':
       f = gzip.GzipFile(fileobj=raw)
     elif fmt == 'jsonl.zst':
@@ -92,7 +78,7 @@ def _field(row: dict, field: str, path: str):
 def _arrow_batches(path: str, fmt: str, field: str):
   import pyarrow as pa  # pylint: disable=import-outside-toplevel
   import pyarrow.parquet as pq  # pylint: disable=import-outside-toplevel
-  with epath.Path(path).open('rb') as f:
+  with storage.open_file(path) as f:
     if fmt == 'parquet':
       pf = pq.ParquetFile(f)
       if field not in pf.schema_arrow.names:
@@ -100,7 +86,7 @@ def _arrow_batches(path: str, fmt: str, field: str):
       yield from pf.iter_batches(batch_size=_BATCH, columns=[field])
       return
     # An Arrow IPC stream, as `datasets` writes it: memory-mapped when local.
-    local = is_local(path)
+    local = not storage.is_url(path)
     reader = pa.ipc.open_stream(pa.memory_map(path) if local else pa.py_buffer(f.read()))
     if field not in reader.schema.names:
       _field(dict.fromkeys(reader.schema.names), field, path)

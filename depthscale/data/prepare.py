@@ -26,11 +26,11 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import io
 import json
 import multiprocessing
 import os
 import sys
-import tempfile
 import threading
 import time
 from typing import Sequence
@@ -39,6 +39,7 @@ from array_record.python.array_record_module import ArrayRecordWriter
 from etils import epath
 import numpy as np
 
+from depthscale import storage
 from depthscale.data import documents
 from depthscale.data import shards
 from depthscale.data import tokenizer as tokenizer_lib
@@ -66,29 +67,6 @@ def _parser() -> argparse.ArgumentParser:
   p.add_argument('--shard_chunks', type=int, default=1024, help='records per shard file')
   p.add_argument('--progress_every', type=float, default=10.0, help='seconds between progress lines')
   return p
-
-
-def _temp(dst: epath.Path) -> str:
-  """A local temporary path for dst: hidden next to it when local, else in the temp dir."""
-  if documents.is_local(os.fspath(dst)):
-    return os.path.join(os.fspath(dst.parent), f'.{dst.name}.tmp')
-  return os.path.join(tempfile.gettempdir(), f'depthscale-prepare-{os.getpid()}-{dst.name}')
-
-
-def _publish(local: str, dst: epath.Path) -> None:
-  """Moves a finished temporary file to its final path (a rename when local)."""
-  if documents.is_local(os.fspath(dst)):
-    os.replace(local, os.fspath(dst))
-  else:
-    epath.Path(local).copy(dst, overwrite=True)
-    os.remove(local)
-
-
-def _write_json(dst: epath.Path, obj: dict) -> None:
-  local = _temp(dst)
-  with open(local, 'w') as f:
-    json.dump(obj, f, indent=2)
-  _publish(local, dst)
 
 
 class _SplitWriter:
@@ -120,7 +98,7 @@ class _SplitWriter:
 
   def _write(self, row: np.ndarray) -> None:
     if self.writer is None:
-      self.local = _temp(self.out / self._name())
+      self.local = storage.staging(self.out / self._name())
       self.writer = ArrayRecordWriter(self.local, 'group_size:1')
     self.writer.write(row.tobytes())
     self.in_shard += 1
@@ -131,7 +109,7 @@ class _SplitWriter:
   def _close_shard(self) -> None:
     if self.writer is not None:
       self.writer.close()
-      _publish(self.local, self.out / self._name())
+      storage.publish(self.local, self.out / self._name())
       self.shards.append(self._name())
       self.writer, self.in_shard = None, 0
 
@@ -180,14 +158,12 @@ def _convert(job: tuple[int, str]) -> dict:
   record = {'index': index, 'input': path}
   for split, w in writers.items():
     tail = w.close()
-    dst = out / STATE / f'tail-{index:05d}-{split}.npy'
-    local = _temp(dst)
-    with open(local, 'wb') as f:
-      np.save(f, tail.astype(dtype))
-    _publish(local, dst)
+    buf = io.BytesIO()
+    np.save(buf, tail.astype(dtype))
+    storage.write_bytes(out / STATE / f'tail-{index:05d}-{split}.npy', buf.getvalue())
     record[split] = {'documents': w.documents, 'tokens': w.tokens, 'chunks': w.chunks,
                      'shards': w.shards}
-  _write_json(out / STATE / f'done-{index:05d}.json', record)
+  storage.write_json(out / STATE / f'done-{index:05d}.json', record, indent=2)
   return record
 
 
@@ -261,7 +237,7 @@ def _check_settings(out: epath.Path, settings: dict) -> None:
       raise SystemExit(f'--output={os.fspath(out)!r} holds shards prepared with other '
                        f'{", ".join(diff)}; use a new --output')
   else:
-    _write_json(path, settings)
+    storage.write_json(path, settings, indent=2)
 
 
 def _finish(out: epath.Path, records: list[dict], settings: dict, dtype: np.dtype) -> dict:
@@ -276,8 +252,8 @@ def _finish(out: epath.Path, records: list[dict], settings: dict, dtype: np.dtyp
       stale.unlink()
     rest = _SplitWriter(out, f'{split}-rest', settings['chunk_tokens'], settings['shard_chunks'])
     for r in records:
-      with (out / STATE / f'tail-{r["index"]:05d}-{split}.npy').open('rb') as f:
-        rest.add(np.load(f))
+      tail = storage.read_bytes(out / STATE / f'tail-{r["index"]:05d}-{split}.npy')
+      rest.add(np.load(io.BytesIO(tail)))
     rest.close()
     meta[f'{split}_chunks'] = sum(r[split]['chunks'] for r in records) + rest.chunks
     meta[f'{split}_documents'] = sum(r[split]['documents'] for r in records)
@@ -285,7 +261,7 @@ def _finish(out: epath.Path, records: list[dict], settings: dict, dtype: np.dtyp
     if not meta[f'{split}_chunks']:
       raise SystemExit(f'the {split} split has {meta[f"{split}_tokens"]} tokens, fewer than '
                        f'--chunk_tokens={settings["chunk_tokens"]}')
-  _write_json(out / shards.META, meta)
+  storage.write_json(out / shards.META, meta, indent=2)
   return meta
 
 

@@ -10,9 +10,7 @@ first matched file.
 
 from __future__ import annotations
 
-import json
-import os
-
+from depthscale import storage
 from depthscale.data import text
 from depthscale.errors import ConfigError
 
@@ -21,22 +19,21 @@ META = 'meta.json'
 
 def eval_pattern(pattern: str) -> str:
   """The eval-split glob paired with a train-split glob."""
-  head, tail = os.path.split(pattern)
+  head, _, tail = pattern.rpartition('/')
   if 'train' not in tail:
     raise ConfigError(f'data.source=array_record:{pattern!r} is invalid: allowed a '
                      "file pattern containing 'train' (eval is found by "
                      "replacing it with 'eval')")
-  return os.path.join(head, tail.replace('train', 'eval', 1))
+  return f"{head}{'/' if head else ''}{tail.replace('train', 'eval', 1)}"
 
 
 def read_meta(pattern: str) -> dict:
   """The meta.json next to the first file matching pattern."""
-  path = os.path.join(os.path.dirname(text.expand(pattern)[0]), META)
-  if not os.path.isfile(path):
+  path = storage.join(storage.parent(text.expand(pattern)[0]), META)
+  if not storage.isfile(path):
     raise ConfigError(f'data.source=array_record:{pattern!r} is invalid: allowed '
                      f'shards with a {META} written by depthscale.data.prepare')
-  with open(path) as f:
-    return json.load(f)
+  return storage.read_json(path)
 
 
 def process_files(pattern: str, process_index: int, process_count: int) -> list[str]:

@@ -10,6 +10,7 @@ import grain
 from ml_collections import ConfigDict
 import numpy as np
 
+from depthscale import storage
 from depthscale.data import documents
 from depthscale.data import grammar
 from depthscale.data import khop
@@ -190,7 +191,9 @@ class ShardWindows:
 
   def __init__(self, pattern: str, length: int, files: list[str] | None = None):
     meta = shards.read_meta(pattern)
-    self._source = grain.sources.ArrayRecordDataSource(files or text.expand(pattern))
+    # ArrayRecord opens local files only: shards in a bucket are read from a local copy
+    self._source = grain.sources.ArrayRecordDataSource(
+        [storage.local_copy(f) for f in files or text.expand(pattern)])
     self._dtype = np.dtype(meta['dtype'])
     self._length = length
     self._per_chunk = meta['chunk_tokens'] // length

@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import functools
-import glob
-import os
 
 import numpy as np
 
+from depthscale import storage
 from depthscale.data import tokenizer as tokenizer_lib
 from depthscale.errors import ConfigError
 
 
 def expand(pattern: str) -> list[str]:
-  """Sorted files matching a glob (`**` recurses); raises if there are none."""
-  paths = sorted(p for p in glob.glob(os.path.expanduser(pattern), recursive=True)
-                 if os.path.isfile(p))
+  """Sorted files matching a glob (`**` recurses; local or bucket); raises if there are
+  none."""
+  paths = [p for p in storage.glob(pattern) if storage.isfile(p)]
   if not paths:
     raise ConfigError(f'data.source glob {pattern!r} is invalid: allowed a glob '
                      'that matches at least one file')
@@ -33,11 +32,7 @@ def concat(docs: list[bytes], tok: tokenizer_lib.Tokenizer) -> np.ndarray:
 
 def stream(paths: list[str], tok: tokenizer_lib.Tokenizer) -> np.ndarray:
   """Concatenates the documents (one per file), each followed by EOS."""
-  docs = []
-  for path in paths:
-    with open(path, 'rb') as f:
-      docs.append(f.read())
-  return concat(docs, tok)
+  return concat([storage.read_bytes(path) for path in paths], tok)
 
 
 def split(tokens: np.ndarray, eval_fraction: float) -> tuple[np.ndarray, np.ndarray]:

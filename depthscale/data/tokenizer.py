@@ -1,18 +1,16 @@
 """Tokenizers for text sources: raw bytes, a SentencePiece model or a Hugging Face
-`tokenizers` file (tokenizer.json). Tokenizer files are local (or etils.epath) paths;
+`tokenizers` file (tokenizer.json). Tokenizer files are local paths or bucket URLs;
 nothing is downloaded. Tokenization is single-threaded: `prepare` parallelizes over
 worker processes."""
 
 from __future__ import annotations
 
 import functools
-import json
-import os
 from typing import Protocol
 
-from etils import epath
 import numpy as np
 
+from depthscale import storage
 from depthscale.errors import ConfigError
 
 # End-of-document tokens looked up, in this order, in a tokenizer.json without --eos.
@@ -56,7 +54,7 @@ class SentencePieceTokenizer:
     except ImportError:
       raise ConfigError(f'data.tokenizer={path!r} needs the sentencepiece package '
                        '(pip install sentencepiece); or use byte') from None
-    self._sp = sentencepiece.SentencePieceProcessor(model_proto=epath.Path(path).read_bytes())
+    self._sp = sentencepiece.SentencePieceProcessor(model_proto=storage.read_bytes(path))
     self.vocab_size = self._sp.get_piece_size()
     self.eos_id = self._sp.eos_id()
     if self.eos_id < 0:
@@ -75,9 +73,9 @@ class SentencePieceTokenizer:
 def _hf_eos(path: str, tok, eos: str | None) -> int:
   """The EOS id: the --eos token, tokenizer_config.json's eos_token, or a known EOS token."""
   if eos is None:
-    config = epath.Path(path).parent / 'tokenizer_config.json'
-    if config.exists():
-      token = json.loads(config.read_text()).get('eos_token')
+    config = storage.join(storage.parent(path), 'tokenizer_config.json')
+    if storage.exists(config):
+      token = storage.read_json(config).get('eos_token')
       eos = token.get('content') if isinstance(token, dict) else token
   for name in (eos,) if eos else EOS_CANDIDATES:
     if tok.token_to_id(name) is not None:
@@ -97,7 +95,7 @@ class HuggingFaceTokenizer:
     except ImportError:
       raise ConfigError(f'data.tokenizer={path!r} needs the tokenizers package '
                        '(pip install tokenizers); or use byte') from None
-    self._tok = tokenizers.Tokenizer.from_str(epath.Path(path).read_text())
+    self._tok = tokenizers.Tokenizer.from_str(storage.read_text(path))
     self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
     self.eos_id = _hf_eos(path, self._tok, eos)
     self._dtype = token_dtype(self.vocab_size)
@@ -114,7 +112,7 @@ def kind(spec: str) -> str:
   """'byte', 'sentencepiece' or 'tokenizers' for a data.tokenizer / --tokenizer value."""
   if spec == 'byte':
     return 'byte'
-  return 'tokenizers' if spec.endswith('.json') or epath.Path(spec).is_dir() else 'sentencepiece'
+  return 'tokenizers' if spec.endswith('.json') or storage.isdir(spec) else 'sentencepiece'
 
 
 @functools.lru_cache(maxsize=4)
@@ -123,15 +121,13 @@ def load(spec: str, eos: str | None = None) -> Tokenizer:
   tokenizer.json path (or its directory); eos names a tokenizer.json's EOS token."""
   if spec == 'byte':
     return ByteTokenizer()
-  path = epath.Path(os.path.expanduser(spec))
-  if path.is_dir():
-    path = path / 'tokenizer.json'
-  if not path.is_file():
+  path = storage.join(spec, 'tokenizer.json') if storage.isdir(spec) else spec
+  if not storage.isfile(path):
     raise ConfigError(f'data.tokenizer={spec!r} is invalid: allowed byte or the path of an '
                       'existing SentencePiece .model file or tokenizer.json')
   if kind(spec) == 'tokenizers':
-    return HuggingFaceTokenizer(os.fspath(path), eos)
-  return SentencePieceTokenizer(os.fspath(path))
+    return HuggingFaceTokenizer(path, eos)
+  return SentencePieceTokenizer(path)
 
 
 def token_dtype(vocab_size: int) -> np.dtype:

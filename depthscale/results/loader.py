@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
-
 import pandas as pd
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from depthscale.training.writers import read_jsonl
+from depthscale import storage
 
 SCALAR_LOGS = ('train_log.jsonl', 'eval_log.jsonl', 'analysis_log.jsonl')
 
@@ -49,28 +46,24 @@ def flatten(d: dict, prefix: str = '') -> dict:
 
 def rung_dirs(ladder_dir: str) -> list[str]:
   """Names of the rung directories (those holding a config.json), sorted."""
-  return sorted(d for d in os.listdir(ladder_dir)
-                if os.path.isfile(os.path.join(ladder_dir, d, 'config.json')))
+  return [d for d in storage.listdir(ladder_dir)
+          if storage.isfile(storage.join(ladder_dir, d, 'config.json'))]
 
 
 def load(ladder_dir: str) -> Results:
   """Reads every rung of a ladder directory (finished or not) into DataFrames."""
   configs, summaries, layers, scalars = [], [], [], []
   for rung in rung_dirs(ladder_dir):
-    path = lambda f, rung=rung: os.path.join(ladder_dir, rung, f)
-    with open(path('config.json')) as f:
-      configs.append({'rung': rung, **flatten(json.load(f))})
-    if os.path.exists(path('summary.json')):
-      with open(path('summary.json')) as f:
-        summaries.append({'rung': rung, **json.load(f)})
-    if os.path.exists(path('layer_metrics.jsonl')):
-      for r in read_jsonl(path('layer_metrics.jsonl')):
-        layers.extend({'rung': rung, 'step': r['step'], 'metric': k, 'layer': l + 1, 'value': v}
-                      for k, vs in r.items() if k != 'step' for l, v in enumerate(vs))
+    path = lambda f, rung=rung: storage.join(ladder_dir, rung, f)
+    configs.append({'rung': rung, **flatten(storage.read_json(path('config.json')))})
+    if storage.exists(path('summary.json')):
+      summaries.append({'rung': rung, **storage.read_json(path('summary.json'))})
+    for r in storage.read_jsonl(path('layer_metrics.jsonl')):
+      layers.extend({'rung': rung, 'step': r['step'], 'metric': k, 'layer': l + 1, 'value': v}
+                    for k, vs in r.items() if k != 'step' for l, v in enumerate(vs))
     for log in SCALAR_LOGS:
-      if os.path.exists(path(log)):
-        scalars.extend({'rung': rung, 'step': r['step'], 'tag': k, 'value': v}
-                       for r in read_jsonl(path(log)) for k, v in r.items() if k != 'step')
+      scalars.extend({'rung': rung, 'step': r['step'], 'tag': k, 'value': v}
+                     for r in storage.read_jsonl(path(log)) for k, v in r.items() if k != 'step')
   frame = lambda rows, cols: pd.DataFrame(rows, columns=None if rows else cols)
   return Results(frame(configs, ['rung']), frame(summaries, ['rung']),
                  frame(layers, ['rung', 'step', 'metric', 'layer', 'value']),

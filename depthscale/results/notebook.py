@@ -13,11 +13,11 @@ import numpy as np
 import optax
 import pandas as pd
 
-from depthscale import data
+from depthscale import data, storage
 from depthscale.experiment import run_ladder
 from depthscale.model.stats import per_layer_norm
 from depthscale.model.transformer import make_model
-from depthscale.results import loader
+from depthscale.results import loader, plots
 from depthscale.training.steps import init_state, weighted_loss
 
 SMOKE_ENV = 'DEPTHSCALE_SMOKE'  # '1': every run shrinks so a notebook runs in CI in seconds
@@ -31,8 +31,8 @@ def smoke() -> bool:
 
 def outputs(name: str) -> str:
   """The notebook's output folder (created): $DEPTHSCALE_NOTEBOOK_OUTPUTS/name or outputs/name."""
-  path = os.path.join(os.environ.get(OUTPUTS_ENV, 'outputs'), name)
-  os.makedirs(path, exist_ok=True)
+  path = storage.join(os.environ.get(OUTPUTS_ENV, 'outputs'), name)
+  storage.makedirs(path)
   return path
 
 
@@ -121,6 +121,6 @@ def mean_std(values) -> str:
 
 def save(fig, out_dir: str, name: str) -> str:
   """Writes the figure as out_dir/name.png (150 dpi) and returns the path."""
-  path = os.path.join(out_dir, f'{name}.png')
-  fig.savefig(path, dpi=150, bbox_inches='tight')
+  path = storage.join(out_dir, f'{name}.png')
+  plots.save(fig, path, dpi=150, bbox_inches='tight')
   return path

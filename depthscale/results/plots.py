@@ -9,17 +9,29 @@ import matplotlib
 from matplotlib.figure import Figure
 import numpy as np
 
+from depthscale import storage
+
 PROFILE_METRICS = ('update_ratio', 'attn_contrib', 'mlp_contrib', 'cos_in_out',
                    'angular_distance', 'logit_lens_kl', 'skip_delta_loss',
                    'jacobian_identity_dev')
 
 
-def _png(fig) -> tuple[bytes, int, int]:
-  """(PNG bytes, height, width) of a figure, which is closed."""
+def png_bytes(fig, dpi: int = 80, **savefig_kwargs) -> bytes:
+  """The figure as PNG."""
   buf = io.BytesIO()
-  fig.savefig(buf, format='png', dpi=80)
+  fig.savefig(buf, format='png', dpi=dpi, **savefig_kwargs)
+  return buf.getvalue()
+
+
+def save(fig, path: str, dpi: int = 80, **savefig_kwargs) -> None:
+  """Writes the figure as a PNG file (local or bucket path, atomically)."""
+  storage.write_bytes(path, png_bytes(fig, dpi, **savefig_kwargs))
+
+
+def _png(fig) -> tuple[bytes, int, int]:
+  """(PNG bytes, height, width) of a figure."""
   w, h = (int(v) for v in fig.get_size_inches() * 80)
-  return buf.getvalue(), h, w
+  return png_bytes(fig), h, w
 
 
 def relative_depth(num_layers: int) -> np.ndarray:
@@ -67,7 +79,7 @@ def loss_vs_depth(curves: dict[str, tuple[list[int], list[float]]], path: str) -
   ax.set(xlabel='num_layers L', ylabel='final eval loss', title='loss vs depth')
   ax.legend(fontsize=7)
   fig.tight_layout()
-  fig.savefig(path, dpi=80)
+  save(fig, path)
 
 
 def final_profiles(profiles: dict[str, dict[str, list[float]]], path: str,
@@ -87,4 +99,4 @@ def final_profiles(profiles: dict[str, dict[str, list[float]]], path: str,
     ax.axis('off')
   axes.flat[0].legend(fontsize=6)
   fig.tight_layout()
-  fig.savefig(path, dpi=80)
+  save(fig, path)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 import sys
 
 import jax
@@ -14,6 +13,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 
+from depthscale import storage
 from depthscale.errors import ConfigError
 
 CORRUPT_PREFIX = 'corrupt-'  # unreadable step directories are renamed corrupt-<step>-<n>
@@ -27,7 +27,7 @@ class Checkpointer:
   """Saves and restores {'state': train state, 'data': iterator state} by step."""
 
   def __init__(self, directory: str, keep: int):
-    self.directory = os.path.abspath(directory)
+    self.directory = storage.absolute(directory)
     options = ocp.CheckpointManagerOptions(max_to_keep=keep, enable_async_checkpointing=True,
                                            create=True)
     with _quiet_absl():  # it reads every step's metadata; restore_latest reports damage
@@ -85,9 +85,9 @@ class Checkpointer:
     if jax.process_index() == 0:
       for step, reason in failed:
         n = 0
-        while os.path.exists(self._aside(step, n)):
+        while storage.exists(self._aside(step, n)):
           n += 1
-        os.rename(os.path.join(self.directory, str(step)), self._aside(step, n))
+        storage.rename(storage.join(self.directory, str(step)), self._aside(step, n))
         print(f'warning: checkpoint at step {step} is unreadable ({reason}); moved to '
               f'{self._aside(step, n)}, resuming from step {restored}', file=sys.stderr,
               flush=True)
@@ -96,7 +96,7 @@ class Checkpointer:
     self._mngr.reload()
 
   def _aside(self, step: int, n: int) -> str:
-    return os.path.join(self.directory, f'{CORRUPT_PREFIX}{step}-{n}')
+    return storage.join(self.directory, f'{CORRUPT_PREFIX}{step}-{n}')
 
   def wait(self) -> None:
     self._mngr.wait_until_finished()

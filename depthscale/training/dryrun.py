@@ -5,13 +5,13 @@ cost per step, an estimate of step time and MFU, and the shardings."""
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
+from depthscale import storage
 from depthscale.errors import ConfigError
 from depthscale.experiment import resolve
 from depthscale.model import ops
@@ -272,9 +272,9 @@ def dry_run(config_arg: str, overrides: dict | None = None, rung: str | None = N
       print('\n'.join(lines), flush=True)
     reports.append({'rung': r.name, **report})
     if json_path:  # after every rung: a long dry run keeps what it has done
-      with open(json_path, 'w') as f:
-        json.dump({'config': config_arg, 'topology': topology_name, 'num_slices': num_slices,
-                   'estimate': ESTIMATE, 'rungs': reports}, f, indent=2)
+      storage.write_json(json_path, {'config': config_arg, 'topology': topology_name,
+                                     'num_slices': num_slices, 'estimate': ESTIMATE,
+                                     'rungs': reports}, indent=2)
   if slice_ is not None and scale_cost:
     print(ESTIMATE, flush=True)
   return reports

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import os
 import signal
 import threading
 import time
@@ -11,7 +9,7 @@ import time
 import jax
 import numpy as np
 
-from depthscale import atomic, data
+from depthscale import data, storage
 from depthscale.model.transformer import make_model, param_counts
 from depthscale.results import plots
 from depthscale.training import distributed, host_memory, resume, sharding
@@ -21,12 +19,13 @@ from depthscale.training.optim import make_optimizer, schedule
 from depthscale.training.preflight import check_inputs
 from depthscale.training.steps import init_state, make_eval_step, make_train_step
 from depthscale.training.watchdog import Watchdog
-from depthscale.training.writers import Jsonl, TensorBoard, read_jsonl
+from depthscale.training.writers import Jsonl, TensorBoard
 
 
 COMPILE_WAIT_S = 3600.0  # how long a process waits for the others to finish compiling
 # (the CPU collectives give a late peer only 30 s to join a first collective, and a process
 # that misses the compilation cache, all but process 0, may compile for minutes)
+FLUSH_SECONDS = 60.0  # logs reach a bucket at least this often (and before each checkpoint)
 
 
 class NonFiniteError(RuntimeError):
@@ -73,21 +72,35 @@ class _Logs:
     self.tb = TensorBoard(workdir, resume_step)  # drops the points a killed run wrote past it
     self.tb_layers = tb_layers
     self.pending_analysis: tuple[int, dict] | None = None  # merged into that step's record
-    self.layers = Jsonl(os.path.join(workdir, 'layer_metrics.jsonl'), resume_step)
-    self.train = Jsonl(os.path.join(workdir, 'train_log.jsonl'), resume_step)
-    self.analysis = Jsonl(os.path.join(workdir, 'analysis_log.jsonl'), resume_step)
+    self.layers = Jsonl(storage.join(workdir, 'layer_metrics.jsonl'), resume_step)
+    self.train = Jsonl(storage.join(workdir, 'train_log.jsonl'), resume_step)
+    self.analysis = Jsonl(storage.join(workdir, 'analysis_log.jsonl'), resume_step)
     # an eval at the restored step was written before its checkpoint: keep it (and show it
     # again in TensorBoard, which dropped it with the points at and after the restored step)
-    self.eval = Jsonl(os.path.join(workdir, 'eval_log.jsonl'), resume_step + 1)
-    for r in read_jsonl(self.eval.path) if os.path.exists(self.eval.path) else []:
+    self.eval = Jsonl(storage.join(workdir, 'eval_log.jsonl'), resume_step + 1)
+    for r in storage.read_jsonl(self.eval.path):
       if r['step'] == resume_step:
         self.tb.scalars(resume_step, {k: v for k, v in r.items() if k != 'step'})
+    self.flushed = time.monotonic()
+
+  def flush(self) -> None:
+    """Every log up to date in its store (a bucket object is rewritten once per flush)."""
+    for f in (self.tb, self.layers, self.train, self.analysis, self.eval):
+      f.flush()
+    self.flushed = time.monotonic()
+
+  def close(self) -> None:
+    self.flush_analysis()
+    for f in (self.tb, self.layers, self.train, self.analysis, self.eval):
+      f.close()
 
   def log_train(self, step: int, scalars: dict, layers: dict | None) -> None:
     self.train.write({'step': step, **scalars})
     self.tb.scalars(step, scalars)
     if layers:
       self._layer_record(step, layers)
+    if time.monotonic() - self.flushed > FLUSH_SECONDS:
+      self.flush()
 
   def _layer_record(self, step: int, layers: dict) -> None:
     """One layer_metrics.jsonl record per step: the step's analyses, if any, merged in."""
@@ -117,7 +130,8 @@ class _Logs:
     """Per metric of plots.PROFILE_METRICS: a layer x step heatmap and an l/L profile
     (one line per logged step); a figure costs ~0.1-0.3 s, so not every metric gets one."""
     by_metric: dict[str, list] = {}
-    for r in read_jsonl(self.layers.path):
+    self.layers.flush()
+    for r in storage.read_jsonl(self.layers.path):
       for k, v in r.items():
         if k in plots.PROFILE_METRICS:
           by_metric.setdefault(k, []).append((r['step'], v))
@@ -129,7 +143,6 @@ class _Logs:
   def log_eval(self, step: int, scalars: dict) -> None:
     self.eval.write({'step': step, **scalars})
     self.tb.scalars(step, scalars)
-    self.tb.flush()
 
 
 def evaluate(eval_fn, params, batches: list[dict], hops: list[int], step) -> dict[str, float]:
@@ -155,12 +168,11 @@ def train_rung(cfg, workdir: str, *, name: str = '', stop_at_step: int | None = 
   checkpoint), or at train.steps one between the final checkpoint and summary.json; tests
   use it.
   """
-  check_inputs(cfg)
+  check_inputs(cfg, workdir)
   changes = resume.check_config(cfg, workdir, allow_config_change)
-  summary_path = os.path.join(workdir, 'summary.json')
-  if os.path.exists(summary_path):
-    with open(summary_path) as f:
-      summary = json.load(f)
+  summary_path = storage.join(workdir, 'summary.json')
+  if storage.exists(summary_path):
+    summary = storage.read_json(summary_path)
     if summary['steps'] == cfg.train.steps:  # finished; a longer train.steps trains on
       return summary
   with Watchdog(cfg.train.watchdog_seconds, name, jax.process_index()) as watchdog:
@@ -171,7 +183,7 @@ def train_rung(cfg, workdir: str, *, name: str = '', stop_at_step: int | None = 
     finally:
       run.close()
   if run.lead and 'status' not in result:
-    atomic.write_json(summary_path, result, indent=2)
+    storage.write_json(summary_path, result, indent=2)
   return result
 
 
@@ -199,9 +211,9 @@ class _Run:
     self.any_process = distributed.AnyProcess(self.plan.mesh)
 
     self.it = data.train_iterator(cfg.data, t.seed, jax.process_index(), jax.process_count())
-    os.makedirs(workdir, exist_ok=True)  # the plan and the data are checked: write from here
+    storage.makedirs(workdir)  # the plan and the data are checked: write from here
     distributed.barrier('initialized', COMPILE_WAIT_S)  # before orbax's first collective
-    self.ckpt = Checkpointer(os.path.join(workdir, 'checkpoints'), t.keep_checkpoints)
+    self.ckpt = Checkpointer(storage.join(workdir, 'checkpoints'), t.keep_checkpoints)
     watchdog.enter('restore')
     restored, start = self.ckpt.restore_latest(abstract(self.state)), 0
     if restored:
@@ -209,7 +221,7 @@ class _Run:
       self.it.set_state(data_state)
     if self.lead:
       resume.write_config(cfg, workdir, config_changes, start)
-      atomic.write_json(os.path.join(workdir, 'data_info.json'), self.data_info, indent=2)
+      storage.write_json(storage.join(workdir, 'data_info.json'), self.data_info, indent=2)
     self.logs = _Logs(workdir, start, tb_layer_subset(cfg.model.num_layers, cfg.metrics.tb_layers)
                       ) if self.lead else None
     if self.lead and not start:  # a resumed run's event files hold them already
@@ -334,6 +346,8 @@ class _Run:
           f'{k.split("/")[1]} {v:.4f}' for k, v in self.eval_scalars.items()), flush=True)
     if due_ckpt:
       self.watchdog.enter('checkpoint', done)
+      if self.lead:  # the logs up to the checkpoint persist before it: a resume keeps them
+        self.logs.flush()
       self.ckpt.save(done, self.state, self.it.get_state())
     self.clock['busy'] += time.perf_counter() - t0
 
@@ -379,5 +393,4 @@ class _Run:
     self.watchdog.enter('checkpoint wait')
     self.ckpt.close()
     if self.lead:
-      self.logs.flush_analysis()
-      self.logs.tb.close()
+      self.logs.close()

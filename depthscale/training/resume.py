@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import datetime
 import json
-import os
 import sys
 
-from depthscale import atomic
+from depthscale import storage
 from depthscale.errors import ConfigError
 from depthscale.results.loader import flatten
-from depthscale.training.writers import read_jsonl
 
 CONFIG, HISTORY = 'config.json', 'config_history.jsonl'
 # Fields that change neither the computed function nor the data order: cadence of logs,
@@ -44,8 +42,8 @@ def _describe(changes: dict[str, tuple]) -> str:
 
 def checkpoint_steps(workdir: str) -> list[int]:
   """Steps of the checkpoint directories in workdir (finished or not, readable or not)."""
-  d = os.path.join(workdir, 'checkpoints')
-  return sorted(int(n) for n in os.listdir(d) if n.isdigit()) if os.path.isdir(d) else []
+  return sorted(int(n) for n in storage.listdir(storage.join(workdir, 'checkpoints'))
+                if n.isdigit())
 
 
 def check_config(cfg, workdir: str, allow_config_change: bool = False) -> dict[str, tuple]:
@@ -53,13 +51,12 @@ def check_config(cfg, workdir: str, allow_config_change: bool = False) -> dict[s
   summary); raises ConfigError if one changes the computed function or the data order
   (unless allow_config_change) or if train.steps falls below the latest checkpoint; prints
   a one-line warning listing the allowed ones. Writes nothing."""
-  path = os.path.join(workdir, CONFIG)
+  path = storage.join(workdir, CONFIG)
   steps = checkpoint_steps(workdir)
-  finished = os.path.exists(os.path.join(workdir, 'summary.json'))
-  if not os.path.exists(path) or not (steps or finished):
+  finished = storage.exists(storage.join(workdir, 'summary.json'))
+  if not storage.exists(path) or not (steps or finished):
     return {}
-  with open(path) as f:
-    changes = diff(json.load(f), json.loads(cfg.to_json_best_effort()))
+  changes = diff(storage.read_json(path), json.loads(cfg.to_json_best_effort()))
   if steps and cfg.train.steps < steps[-1]:
     raise ConfigError(f'train.steps={cfg.train.steps} is invalid: allowed >= {steps[-1]}, the '
                       f'step of the latest checkpoint in {workdir}')
@@ -86,23 +83,23 @@ def write_config(cfg, workdir: str, changes: dict[str, tuple], step: int) -> Non
     record = {'step': step, 'time': datetime.datetime.now(datetime.timezone.utc).isoformat(),
               'changes': {k: list(v) for k, v in changes.items()},
               'refused_fields_allowed': [k for k, v in changes.items() if not is_free(k, *v)]}
-    path = os.path.join(workdir, HISTORY)
-    kept = read_jsonl(path) if os.path.exists(path) else []
-    atomic.write_text(path, ''.join(json.dumps(r) + '\n' for r in kept + [record]))
-  atomic.write_text(os.path.join(workdir, CONFIG), cfg.to_json_best_effort(indent=2))
+    path = storage.join(workdir, HISTORY)
+    kept = storage.read_jsonl(path)
+    storage.write_text(path, ''.join(json.dumps(r) + '\n' for r in kept + [record]))
+  storage.write_text(storage.join(workdir, CONFIG), cfg.to_json_best_effort(indent=2))
 
 
 def final_logged(workdir: str, steps: int) -> tuple[float, dict[str, float]]:
   """(train loss, analysis scalars) of the final step steps - 1 from a rung's logs, for a
   rung restored at its final checkpoint (they were computed from the parameters before
   the last update, which the checkpoint no longer holds)."""
-  path = os.path.join(workdir, 'train_log.jsonl')
-  last = [r for r in read_jsonl(path) if r['step'] == steps - 1] if os.path.exists(path) else []
+  path = storage.join(workdir, 'train_log.jsonl')
+  last = [r for r in storage.read_jsonl(path) if r['step'] == steps - 1]
   if not last:
     raise ConfigError(f'{path} is invalid: allowed a train log holding the final step '
                       f'{steps - 1} (the checkpoint at step {steps} was saved after it)')
-  path = os.path.join(workdir, 'analysis_log.jsonl')
-  analyses = [r for r in read_jsonl(path) if r['step'] == steps - 1] if os.path.exists(path) else []
+  path = storage.join(workdir, 'analysis_log.jsonl')
+  analyses = [r for r in storage.read_jsonl(path) if r['step'] == steps - 1]
   scalars = {k: v for k, v in analyses[-1].items() if k != 'step'} if analyses else {}
   return last[-1]['train/loss'], scalars
 
@@ -110,8 +107,7 @@ def final_logged(workdir: str, steps: int) -> tuple[float, dict[str, float]]:
 def logged_tokens_per_sec(workdir: str, tokens_per_step: int) -> float:
   """Steady-state throughput from train_log.jsonl's perf/step_ms (the first logged interval,
   which holds the first step's dispatch, left out), for runs that timed no interval."""
-  path = os.path.join(workdir, 'train_log.jsonl')
-  records = read_jsonl(path) if os.path.exists(path) else []
+  records = storage.read_jsonl(storage.join(workdir, 'train_log.jsonl'))
   pairs = [(b['step'] - a['step'], b.get('perf/step_ms', 0.0))
            for a, b in zip(records, records[1:])]
   pairs = [(n, ms) for n, ms in pairs if n > 0 and ms > 0]

@@ -1,36 +1,48 @@
-"""Output writers of a rung: TensorBoard events (tensorboard's own writer, no TF) and JSONL."""
+"""Output writers of a rung: TensorBoard events (tensorboard's own record format, no TF) and
+JSONL, both through storage.Appender: local files are written in place, bucket objects are
+rewritten at each flush (see depthscale.storage)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import socket
 import time
 
 from tensorboard.compat.proto import event_pb2, summary_pb2
 from tensorboard.compat.proto.event_pb2 import SessionLog
 from tensorboard.plugins.hparams import summary_v2 as hparams_summary
-from tensorboard.summary.writer.event_file_writer import EventFileWriter
+from tensorboard.summary.writer.record_writer import RecordWriter
 
-from depthscale import atomic
+from depthscale import storage
+
+_FILE_IDS = itertools.count()  # event file names of one process stay distinct
 
 
 class TensorBoard:
-  """Writes scalar and PNG image summaries to an event file in logdir.
+  """Writes scalar and PNG image summaries to a new event file in logdir.
 
-  The first event is a SessionLog START at start_step: TensorBoard then discards the points
-  at or after that step from earlier event files (those a killed run wrote past its last
-  checkpoint), so a resumed run shows one curve.
+  The first event after the file version is a SessionLog START at start_step: TensorBoard
+  then discards the points at or after that step from earlier event files (those a killed
+  run wrote past its last checkpoint), so a resumed run shows one curve.
   """
 
   def __init__(self, logdir: str, start_step: int = 0):
-    self._writer = EventFileWriter(logdir)
-    self._writer.add_event(event_pb2.Event(wall_time=time.time(), step=int(start_step),
-                                           session_log=SessionLog(status=SessionLog.START)))
+    name = (f'events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.'
+            f'{os.getpid()}.{next(_FILE_IDS)}')
+    self._file = storage.Appender(storage.join(logdir, name))
+    self._records = RecordWriter(self._file)
+    self._add_event(event_pb2.Event(file_version='brain.Event:2'))
+    self._add_event(event_pb2.Event(step=int(start_step),
+                                    session_log=SessionLog(status=SessionLog.START)))
+
+  def _add_event(self, event: event_pb2.Event) -> None:
+    event.wall_time = time.time()
+    self._records.write(event.SerializeToString())
 
   def _add(self, step: int, value: summary_pb2.Summary.Value) -> None:
-    event = event_pb2.Event(wall_time=time.time(), step=int(step),
-                            summary=summary_pb2.Summary(value=[value]))
-    self._writer.add_event(event)
+    self._add_event(event_pb2.Event(step=int(step), summary=summary_pb2.Summary(value=[value])))
 
   def scalars(self, step: int, values: dict[str, float]) -> None:
     for tag, v in values.items():
@@ -43,14 +55,13 @@ class TensorBoard:
 
   def hparams(self, values: dict[str, bool | int | float | str]) -> None:
     """The run's hyperparameters (HParams dashboard), one session-start summary."""
-    summary = hparams_summary.hparams_pb(values)
-    self._writer.add_event(event_pb2.Event(wall_time=time.time(), step=0, summary=summary))
+    self._add_event(event_pb2.Event(step=0, summary=hparams_summary.hparams_pb(values)))
 
   def flush(self) -> None:
-    self._writer.flush()
+    self._file.flush()
 
   def close(self) -> None:
-    self._writer.close()
+    self._file.close()
 
 
 class Jsonl:
@@ -59,29 +70,15 @@ class Jsonl:
 
   def __init__(self, path: str, resume_step: int | None):
     self.path = path
-    if resume_step is not None and os.path.exists(path):
-      kept = [line for line in _lines(path) if json.loads(line)['step'] < resume_step]
-      atomic.write_text(path, ''.join(kept))
+    kept = [line for line in storage.jsonl_lines(path)
+            if resume_step is None or json.loads(line)['step'] < resume_step]
+    self._file = storage.Appender(path, ''.join(kept).encode())
 
   def write(self, record: dict) -> None:
-    with open(self.path, 'a') as f:
-      f.write(json.dumps(record) + '\n')
+    self._file.write((json.dumps(record) + '\n').encode())
 
+  def flush(self) -> None:
+    self._file.flush()
 
-def _lines(path: str) -> list[str]:
-  """The non-blank lines of a JSONL file, less an unterminated last line that does not
-  parse (a write cut short by a kill)."""
-  with open(path) as f:
-    lines = [line for line in f if line.strip()]
-  if lines and not lines[-1].endswith('\n'):
-    try:
-      json.loads(lines[-1])
-      lines[-1] += '\n'
-    except json.JSONDecodeError:
-      lines.pop()
-  return lines
-
-
-def read_jsonl(path: str) -> list[dict]:
-  """All records of a JSONL file (see _lines)."""
-  return [json.loads(line) for line in _lines(path)]
+  def close(self) -> None:
+    self._file.close()
