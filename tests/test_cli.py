@@ -1,5 +1,5 @@
 """Command line end to end: a 2-rung ladder, TensorBoard tags, resume/skip, SIGTERM,
-and one-line config errors (exit 2, nothing written)."""
+one-line config errors (exit 2, nothing written) and a quiet libtpu without a TPU."""
 
 import json
 import os
@@ -13,6 +13,7 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from depthscale.storage import read_jsonl
+from depthscale.training import host_libtpu, topology
 
 pytestmark = pytest.mark.slow  # subprocesses of the CLI, end to end
 
@@ -112,6 +113,27 @@ def test_sigterm_saves_and_resume_matches_uninterrupted(tmp_path, experiment):
   resumed = read_jsonl(tmp_path / 'a' / 'pre' / 'train_log.jsonl')
   straight = read_jsonl(tmp_path / 'b' / 'pre' / 'train_log.jsonl')
   assert [r['train/loss'] for r in resumed] == [r['train/loss'] for r in straight]
+
+
+# libtpu's start-up lines on a host without a TPU when nothing names the host.
+LIBTPU_NO_HOST = ('Failed to find host bounds', 'unexpected worker hostname',
+                  'could not determine TPU')
+
+
+@pytest.mark.skipif(not topology.has_libtpu() or host_libtpu.has_tpu(),
+                    reason='needs libtpu and a host without a TPU')
+def test_libtpu_starts_quietly_without_a_tpu(tmp_path, experiment):
+  """A dry run for a TPU slice without $JAX_PLATFORMS starts libtpu for the slice's devices
+  and probes this host for TPU devices, as a training run does; it prints none of libtpu's
+  lines about a host it cannot find."""
+  env = {k: v for k, v in os.environ.items()
+         if k != 'JAX_PLATFORMS' and k not in host_libtpu.ONE_HOST}
+  res = _cli(f'--config={experiment}', '--dry_run', '--topology=v5p-8', *TINY, '--rung=pre',
+             env=env)
+  assert res.returncode == 0, res.stderr[-2000:]
+  assert 'dry run on v5p-8' in res.stdout
+  for line in LIBTPU_NO_HOST:
+    assert line not in res.stdout + res.stderr, res.stderr[-2000:]
 
 
 @pytest.mark.parametrize('flag,field', [
