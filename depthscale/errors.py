@@ -1,8 +1,20 @@
-"""The one error type of bad input: every subsystem raises it, the CLIs turn it into one line."""
+"""The one error type of bad input (every subsystem raises it, the CLIs turn it into one line),
+and the error of an output that could not be written."""
 
 
 class ConfigError(ValueError):
   """An invalid config value or input; the message names the field and what is allowed."""
+
+
+class WriteError(RuntimeError):
+  """A checkpoint or log could not be written (full disk, lost bucket, permission); what was
+  written before it, the previous checkpoint included, stays usable."""
+
+
+def reason(e: BaseException) -> str:
+  """A one-line description of an exception: its type and first line."""
+  first = next((line.strip() for line in str(e).splitlines() if line.strip()), '')
+  return f'{type(e).__name__}: {first[:200]}' if first else type(e).__name__
 
 
 def invalid(field: str, value, allowed: str) -> ConfigError:

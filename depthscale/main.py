@@ -5,18 +5,22 @@
 
 Exit codes: 0 finished (or preempted by SIGTERM after a checkpoint), 2 bad input (one line
 naming the field; nothing written), 3 non-finite loss or gradient (one line naming the step,
-the first non-finite block and the last good checkpoint), 4 the watchdog fired."""
+the first non-finite block and the last good checkpoint), 4 the watchdog fired, 5 a
+checkpoint or log could not be written (one line naming the step or file and the cause;
+the last complete checkpoint stays usable)."""
 
 from __future__ import annotations
 
+import os
 import sys
+import threading
 import traceback
 
 from absl import app, flags, logging
 from ml_collections import config_flags
 
 from depthscale import storage
-from depthscale.errors import ConfigError
+from depthscale.errors import ConfigError, WriteError, reason
 from depthscale.experiment import run_ladder
 from depthscale.training import distributed, dryrun, topology
 from depthscale.training.loop import NonFiniteError
@@ -62,8 +66,19 @@ def _parse(argv: list[str]) -> list[str]:
     _usage_error(str(e).strip().splitlines()[-1])
 
 
+def _thread_failed(args: threading.ExceptHookArgs) -> None:
+  """A background thread's failure in one line (its traceback with --verbose); the failure
+  that ends the run, such as a failed save, is reported by the run itself."""
+  name = args.thread.name if args.thread else 'a background thread'
+  print(f'warning: {name} failed: {reason(args.exc_value)}', file=sys.stderr, flush=True)
+
+
 def main(argv: list[str]) -> None:
-  logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO
+  # orbax and the file systems log each save at INFO, and each retry and background failure
+  # with tracebacks; the run reports a failure in one line (--verbose shows their logs)
+  logging.set_verbosity(logging.WARNING if _VERBOSE.value else logging.FATAL)
+  if not _VERBOSE.value:
+    threading.excepthook = _thread_failed
   if len(argv) > 1:
     _usage_error(f'unexpected arguments: {" ".join(argv[1:])}')
   if _CONFIG.value is None or not (_WORKDIR.value or _DRY_RUN.value):
@@ -90,6 +105,12 @@ def main(argv: list[str]) -> None:
     _usage_error(str(e))
   except NonFiniteError as e:
     _usage_error(str(e), 3)
+  except WriteError as e:
+    if _VERBOSE.value:
+      traceback.print_exc()
+    print(f'error: {e}', file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    os._exit(5)  # the failed save's threads may still retry: do not wait for them
 
 
 if __name__ == '__main__':

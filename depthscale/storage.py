@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import importlib.util
+import importlib
 import json
 import os
 import shutil
@@ -20,10 +20,14 @@ import tempfile
 from typing import Any, Iterator
 
 from etils import epath
+import fsspec
 
-from depthscale.errors import ConfigError
+from depthscale.errors import ConfigError, WriteError, reason
 
 PathLike = str | os.PathLike
+# A run's files change while readers poll them (TensorBoard, results.load, a resume): bucket
+# listings are read afresh every time, never from fsspec's listings cache.
+fsspec.config.conf.setdefault('gs', {}).setdefault('use_listings_cache', False)
 # The package each bucket scheme needs, and the depthscale extra that installs it.
 FILESYSTEMS = {'gs': ('gcsfs', 'gcs'), 's3': ('s3fs', None), 'az': ('adlfs', None)}
 AUTH_HINT = {'gs': 'run `gcloud auth application-default login` or set '
@@ -128,9 +132,23 @@ def open_file(path: PathLike, mode: str = 'rb') -> Iterator:
     yield f
 
 
+@contextlib.contextmanager
+def _writing(path: PathLike) -> Iterator[None]:
+  """Turns any failure of a write into WriteError naming the path."""
+  try:
+    yield
+  except Exception as e:  # each store raises its own errors (OSError, HTTP, auth)
+    raise WriteError(f'{os.fspath(path)} could not be written ({reason(e)})') from e
+
+
 def write_bytes(path: PathLike, data: bytes) -> None:
   """Replaces path's content with data in one step: a reader (or a rerun after a kill)
-  sees the old content or the new, never a torn file."""
+  sees the old content or the new, never a torn file. Raises WriteError."""
+  with _writing(path):
+    _replace(path, data)
+
+
+def _replace(path: PathLike, data: bytes) -> None:
   if is_url(path):
     _path(path).write_bytes(data)
     return
@@ -162,7 +180,8 @@ def publish(local: str, dst: PathLike) -> None:
   """Moves a finished local file to dst: a rename when local, an upload (one object
   write) then a delete when dst is in a bucket."""
   if is_url(dst):
-    _path(dst).write_bytes(_path(local).read_bytes())
+    with _writing(dst):
+      _path(dst).write_bytes(_path(local).read_bytes())
     os.remove(local)
   else:
     os.replace(local, absolute(dst))
@@ -219,14 +238,15 @@ class Appender:
       self._content += data
       self._dirty = True
       return
-    if self._file is None:
-      self._file = open(absolute(self.path), 'ab')  # pylint: disable=consider-using-with
-    self._file.write(data)
-    self._file.flush()
+    with _writing(self.path):
+      if self._file is None:
+        self._file = open(absolute(self.path), 'ab')  # pylint: disable=consider-using-with
+      self._file.write(data)
+      self._file.flush()
 
   def flush(self) -> None:
     if self._dirty:
-      _path(self.path).write_bytes(bytes(self._content))
+      write_bytes(self.path, bytes(self._content))
       self._dirty = False
 
   def close(self) -> None:
@@ -265,22 +285,23 @@ def check_bucket(path: PathLike, field: str) -> None:
   if package is None:
     raise ConfigError(f'{field}={url!r} is invalid: allowed a local path or a gs://, s3:// or '
                       'az:// URL')
-  if importlib.util.find_spec(package) is None:
+  try:
+    importlib.import_module(package)
+  except ImportError:
     install = f'pip install "depthscale[{extra}]"' if extra else f'pip install {package}'
     raise ConfigError(f'{field}={url!r} needs the {package} package for {scheme}:// paths: '
-                      f'{install}')
+                      f'{install}') from None
   if scheme == 'gs' and not os.environ.get('STORAGE_EMULATOR_HOST'):
     _check_google_credentials(field, url)
   bucket = f'{scheme}://{rest.split("/", 1)[0]}'
   try:
     found = _path(bucket).exists()
   except Exception as e:  # the filesystems raise their own HTTP and auth errors
-    first = next((l.strip() for l in str(e).splitlines() if l.strip()), type(e).__name__)
-    raise ConfigError(f'{field}={url!r}: bucket {bucket} cannot be read ({first[:160]}); '
+    raise ConfigError(f'{field}={url!r}: bucket {bucket} cannot be read ({reason(e)}); '
                       f'{AUTH_HINT.get(scheme, "check the credentials")}') from None
   if not found:
-    raise ConfigError(f'{field}={url!r} is invalid: bucket {bucket} does not exist (create it '
-                      'first, e.g. `gcloud storage buckets create ' + bucket + '`)')
+    raise ConfigError(f'{field}={url!r} is invalid: bucket {bucket} does not exist (allowed '
+                      'an existing bucket: create it first)')
 
 
 def _check_google_credentials(field: str, url: str) -> None:

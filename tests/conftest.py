@@ -1,5 +1,6 @@
 """pytest set-up: one persistent JAX compilation cache for the session, fast-compiling XLA
-flags, slow modules first, module-scoped fixtures built on one worker."""
+flags, slow modules first, module-scoped fixtures built on one worker, a GCS-compatible
+server on 127.0.0.1 (the `gcs` fixture)."""
 
 import functools
 import os
@@ -9,6 +10,8 @@ import tempfile
 
 import pytest
 from xdist.scheduler import LoadScopeScheduling
+
+from tests.gcs import GcsServer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -42,7 +45,8 @@ if 'xla_backend_optimization_level' not in os.environ.get('XLA_FLAGS', ''):
     os.environ['XLA_FLAGS'] = _fast
 
 
-SLOW_MODULES = ('test_notebooks.py', 'test_sharding.py', 'test_cli.py', 'test_train.py')
+SLOW_MODULES = ('test_notebooks.py', 'test_sharding.py', 'test_bucket.py', 'test_cli.py',
+                'test_train.py')
 
 
 class ModuleFixtureScheduling(LoadScopeScheduling):
@@ -77,3 +81,13 @@ def pytest_collection_modifyitems(items):
         'cases' in getattr(item, 'fixturenames', ()) or 'two_processes' in item.name):
       item.add_marker(pytest.mark.slow)
   items.sort(key=lambda item: item.path.name not in SLOW_MODULES)
+
+
+@pytest.fixture(scope='session')
+def gcs(tmp_path_factory):
+  """A GCS-compatible server on 127.0.0.1 for this worker (tests/gcs.py); from its start this
+  process and its subprocesses talk to it for every gs:// path."""
+  server = GcsServer(str(tmp_path_factory.mktemp('gcs') / 'objects')).start()
+  os.environ.update(server.env)
+  yield server
+  server.stop()

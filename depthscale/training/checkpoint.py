@@ -1,5 +1,6 @@
 """Checkpoints: orbax CheckpointManager (async) holding the train state and the data
-iterator state, keeping the last k; restore falls back past unreadable ones."""
+iterator state, keeping the last k; restore falls back past unreadable ones; a save that
+fails in the background raises WriteError at the next check."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 
 from depthscale import storage
-from depthscale.errors import ConfigError
+from depthscale.errors import ConfigError, WriteError, reason
 
 CORRUPT_PREFIX = 'corrupt-'  # unreadable step directories are renamed corrupt-<step>-<n>
 
@@ -28,6 +29,8 @@ class Checkpointer:
 
   def __init__(self, directory: str, keep: int):
     self.directory = storage.absolute(directory)
+    self._step: int | None = None  # the step of the save in flight (or the last one)
+    self._complete: int | None = None  # the newest step known to be saved completely
     options = ocp.CheckpointManagerOptions(max_to_keep=keep, enable_async_checkpointing=True,
                                            create=True)
     with _quiet_absl():  # it reads every step's metadata; restore_latest reports damage
@@ -38,10 +41,34 @@ class Checkpointer:
     return self._mngr.latest_step()
 
   def save(self, step: int, state, data_state) -> None:
-    """Starts an async save; data_state must be JSON-serializable."""
+    """Starts an async save (after the previous one finished); data_state must be
+    JSON-serializable."""
     data = json.loads(json.dumps(data_state, default=_jsonable))
-    self._mngr.save(step, args=ocp.args.Composite(
-        state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data)))
+    self.wait()
+    if self._step is not None:
+      self._complete = self._step
+    self._step = step
+    with self._saving():
+      self._mngr.save(step, args=ocp.args.Composite(
+          state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data)))
+
+  def check(self) -> None:
+    """Raises WriteError if the background save failed (cheap: call it every step)."""
+    with self._saving():
+      self._mngr.check_for_errors()
+
+  @contextlib.contextmanager
+  def _saving(self):
+    """Turns a failure of the save in flight into WriteError naming its step."""
+    try:
+      yield
+    except Exception as e:  # orbax, tensorstore and the file systems raise many types
+      kept = self._complete
+      raise WriteError(
+          f'checkpoint at step {self._step} could not be saved in {self.directory} '
+          f'({reason(e)}); ' + ('no earlier checkpoint' if kept is None else
+                               f'the last complete checkpoint is step {kept}: rerun to '
+                               'resume from it')) from e
 
   def restore(self, step: int, abstract_state):
     """(state, data_state) of a step; abstract_state gives shapes, dtypes, shardings."""
@@ -63,13 +90,14 @@ class Checkpointer:
       try:
         with _quiet_absl():
           state, data_state = self.restore(step, abstract_state)
-        reason = None
+        why = None
       except Exception as e:  # orbax and tensorstore raise many types for damaged files
-        reason = _reason(e)
-      if _everywhere(reason is None):
+        why = reason(e)
+      if _everywhere(why is None):
         self._move_aside(failed, step)
+        self._complete = step
         return step, state, data_state
-      failed.append((step, reason or 'unreadable on another process'))
+      failed.append((step, why or 'unreadable on another process'))
     if failed:
       raise UnreadableCheckpoints(
           f'{self.directory} holds no readable checkpoint (' + '; '.join(
@@ -83,12 +111,12 @@ class Checkpointer:
     if not failed:
       return
     if jax.process_index() == 0:
-      for step, reason in failed:
+      for step, why in failed:
         n = 0
         while storage.exists(self._aside(step, n)):
           n += 1
         storage.rename(storage.join(self.directory, str(step)), self._aside(step, n))
-        print(f'warning: checkpoint at step {step} is unreadable ({reason}); moved to '
+        print(f'warning: checkpoint at step {step} is unreadable ({why}); moved to '
               f'{self._aside(step, n)}, resuming from step {restored}', file=sys.stderr,
               flush=True)
     if jax.process_count() > 1:
@@ -99,10 +127,11 @@ class Checkpointer:
     return storage.join(self.directory, f'{CORRUPT_PREFIX}{step}-{n}')
 
   def wait(self) -> None:
-    self._mngr.wait_until_finished()
+    with self._saving():
+      self._mngr.wait_until_finished()
 
   def close(self) -> None:
-    self._mngr.wait_until_finished()
+    self.wait()
     self._mngr.close()
 
 
@@ -116,12 +145,6 @@ def _quiet_absl():
     yield
   finally:
     logger.setLevel(level)
-
-
-def _reason(e: BaseException) -> str:
-  """A one-line description of a restore failure."""
-  first = next((line.strip() for line in str(e).splitlines() if line.strip()), '')
-  return f'{type(e).__name__}: {first[:160]}' if first else type(e).__name__
 
 
 def _everywhere(ok: bool) -> bool:

@@ -10,6 +10,7 @@ import jax
 import numpy as np
 
 from depthscale import data, storage
+from depthscale.errors import WriteError
 from depthscale.model.transformer import make_model, param_counts
 from depthscale.results import plots
 from depthscale.training import distributed, host_memory, resume, sharding
@@ -83,10 +84,13 @@ class _Logs:
         self.tb.scalars(resume_step, {k: v for k, v in r.items() if k != 'step'})
     self.flushed = time.monotonic()
 
-  def flush(self) -> None:
+  def flush(self, step: int) -> None:
     """Every log up to date in its store (a bucket object is rewritten once per flush)."""
-    for f in (self.tb, self.layers, self.train, self.analysis, self.eval):
-      f.flush()
+    try:
+      for f in (self.tb, self.layers, self.train, self.analysis, self.eval):
+        f.flush()
+    except WriteError as e:
+      raise WriteError(f'logs at step {step}: {e}') from e
     self.flushed = time.monotonic()
 
   def close(self) -> None:
@@ -100,7 +104,7 @@ class _Logs:
     if layers:
       self._layer_record(step, layers)
     if time.monotonic() - self.flushed > FLUSH_SECONDS:
-      self.flush()
+      self.flush(step)
 
   def _layer_record(self, step: int, layers: dict) -> None:
     """One layer_metrics.jsonl record per step: the step's analyses, if any, merged in."""
@@ -180,8 +184,12 @@ def train_rung(cfg, workdir: str, *, name: str = '', stop_at_step: int | None = 
     try:
       with _Preemption() as preempt:
         result = run.loop(preempt, stop_at_step)
-    finally:
+    except WriteError:
+      raise  # a store failed: nothing more is written to it or waited for
+    except BaseException:
       run.close()
+      raise
+    run.close()
   if run.lead and 'status' not in result:
     storage.write_json(summary_path, result, indent=2)
   return result
@@ -279,6 +287,7 @@ class _Run:
       step_fn = self.with_stats if s % t.log_every == 0 or s == steps - 1 else self.plain
       self.watchdog.enter('train step', s)
       self.state, out = step_fn(self.state, self.batch)
+      self.ckpt.check()  # a failed background save ends the run at once
       preempted = self.any_process(preempt.requested)  # the same step on every process
       self._finish(pending)
       pending = (s, out)
@@ -347,7 +356,7 @@ class _Run:
     if due_ckpt:
       self.watchdog.enter('checkpoint', done)
       if self.lead:  # the logs up to the checkpoint persist before it: a resume keeps them
-        self.logs.flush()
+        self.logs.flush(done)
       self.ckpt.save(done, self.state, self.it.get_state())
     self.clock['busy'] += time.perf_counter() - t0
 
