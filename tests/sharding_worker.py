@@ -17,7 +17,7 @@ import sys
 
 import jax
 
-from depthscale import data
+from depthscale import data, storage
 from depthscale.config import ConfigError, default_config, validate
 from depthscale.model.transformer import make_model
 from depthscale.training import distributed, dryrun, sharding
@@ -54,7 +54,7 @@ def metrics_config(mesh: tuple[int, int, int]):
 def all_logs(workdir: str) -> dict[str, list[dict]]:
   """Every JSONL log of a rung, timings left out."""
   return {name: [{k: v for k, v in r.items() if not k.startswith('perf/')}
-                 for r in read_jsonl(os.path.join(workdir, f'{name}.jsonl'))]
+                 for r in read_jsonl(storage.join(workdir, f'{name}.jsonl'))]
           for name in ('train_log', 'eval_log', 'analysis_log', 'layer_metrics')}
 
 

@@ -96,3 +96,35 @@ def test_placement_rows_refuse_unknown_features():
     placements.Placement(placements.pre_ln, final_norm=True, inner=frozenset({'attn_outt'}))
   with pytest.raises(ValueError, match='unknown placement features'):
     placements.Placement(placements.pre_ln, final_norm=True, modifiers=frozenset({'gpass'}))
+
+
+# Files that are not a run's: the experiment file (Python code, imported like a module), the
+# package's own embedded source text, and the host's TPU device files.
+LOCAL_FILES_OK = ('depthscale/storage.py', 'depthscale/experiment.py',
+                  'depthscale/data/python_docs.py', 'depthscale/training/host_libtpu.py')
+LOCAL_ONLY_OS = ('makedirs', 'mkdir', 'listdir', 'scandir', 'walk', 'stat', 'rename', 'replace',
+                 'remove', 'unlink', 'rmdir')
+
+
+def _local_file_calls(source: str) -> list[str]:
+  """open(), os.path.*, os's file functions and glob / shutil / tempfile / pathlib in source."""
+  found = []
+  for n in ast.walk(ast.parse(source)):
+    if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == 'open':
+      found.append(f'{n.lineno}: open')
+    elif isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and (
+        (n.value.id == 'os' and n.attr in LOCAL_ONLY_OS + ('path',))
+        or n.value.id in ('glob', 'shutil', 'tempfile', 'pathlib')):
+      found.append(f'{n.lineno}: {n.value.id}.{n.attr}')
+  return found
+
+
+def test_run_paths_go_through_storage():
+  """Every path a run reads or writes may be a bucket URL: only depthscale/storage.py touches
+  files with local-only calls (a ./gs:/ directory was once the result)."""
+  for path in PACKAGE.rglob('*.py'):
+    if str(path.relative_to(ROOT)) not in LOCAL_FILES_OK:
+      assert not _local_file_calls(path.read_text()), (str(path.relative_to(ROOT)),
+                                                        _local_file_calls(path.read_text()))
+  planted = 'import os\n\ndef f(d):\n  os.makedirs(d)\n  return open(os.path.join(d, "x"))\n'
+  assert sorted(_local_file_calls(planted)) == ['4: os.makedirs', '5: open', '5: os.path']

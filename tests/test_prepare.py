@@ -18,15 +18,15 @@ import pytest
 import zstandard
 
 from depthscale import config as config_lib
-from depthscale import data
+from depthscale import data, storage
 from depthscale.data import documents
 from depthscale.data import prepare
 from depthscale.data import python_docs
 from depthscale.data import vocab
 from depthscale.data import tokenizer as tokenizer_lib
 from depthscale.model.transformer import make_model
-from depthscale.training.loop import train_rung
 from depthscale.storage import read_jsonl
+from depthscale.training.loop import train_rung
 from tests.helpers import tiny_config
 
 EOS = '<|endoftext|>'
@@ -262,3 +262,30 @@ def test_python_docs_is_deterministic_with_a_held_out_split():
              for row in next(data.train_iterator(cfg, 0))['inputs'])
   assert data.data_info(cfg)['eval_documents'] == sum(
       documents.held_out(d, cfg.eval_fraction) for d in docs)
+
+
+def test_prepare_from_and_to_a_bucket_then_train_from_it(corpus, prepared, gcs, tmp_path,
+                                                         monkeypatch):
+  """Input, tokenizer and output in a bucket (the local GCS server): the same shards as a
+  local prepare, and a rung trains on them (read through the local shard cache) with the
+  losses of the local shards."""
+  bucket = f'gs://{gcs.bucket()}'
+  for f in ('a.jsonl.zst', 'b.parquet', 'tokenizer.json'):
+    storage.write_bytes(f'{bucket}/dump/{f}', (corpus['root'] / f).read_bytes())
+  meta = prepare.main([f'--input={bucket}/dump/[ab].*', f'--output={bucket}/shards',
+                       f'--tokenizer={bucket}/dump/tokenizer.json', '--chunk_tokens=132',
+                       '--shard_chunks=16', '--eval_fraction=0.1'])
+  local = json.load(open(os.path.join(prepared, 'meta.json')))
+  assert {k: v for k, v in meta.items() if k != 'tokenizer'} == {
+      k: v for k, v in local.items() if k != 'tokenizer'}
+  shards = sorted(os.path.basename(p) for p in glob.glob(f'{prepared}/*.array_record'))
+  assert storage.listdir(f'{bucket}/shards') == sorted(['.prepare', 'meta.json', *shards])
+  for name in shards:
+    assert storage.read_bytes(f'{bucket}/shards/{name}') == open(f'{prepared}/{name}', 'rb').read()
+
+  monkeypatch.setenv('DEPTHSCALE_CACHE', str(tmp_path / 'cache'))
+  steps = {'train.steps': 2, 'train.eval_every': 2, 'train.checkpoint_every': 2}
+  from_bucket = train_rung(shard_config(f'{bucket}/shards', **steps), f'{bucket}/rung')
+  from_disk = train_rung(shard_config(prepared, **steps), str(tmp_path / 'rung'))
+  assert from_bucket['final_eval_loss'] == from_disk['final_eval_loss']
+  assert len(os.listdir(tmp_path / 'cache')) == len(shards)

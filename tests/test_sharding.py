@@ -9,6 +9,7 @@ devices; this module's own JAX keeps its single device.
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -16,6 +17,7 @@ import sys
 import numpy as np
 import pytest
 
+from depthscale import storage
 from depthscale.config import ConfigError, default_config
 from depthscale.training import distributed, sharding
 from tests.helpers import ROOT, fake_cpu_env
@@ -43,9 +45,10 @@ def _result(proc_out: str) -> dict:
   return json.loads(lines[-1][len('RESULT '):])
 
 
-def _worker(*args: str, devices: int) -> subprocess.Popen:
-  return subprocess.Popen([sys.executable, '-m', 'tests.sharding_worker', *args], env=_env(devices),
-                          cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+def _worker(*args: str, devices: int, env: dict | None = None) -> subprocess.Popen:
+  return subprocess.Popen([sys.executable, '-m', 'tests.sharding_worker', *args],
+                          env={**_env(devices), **(env or {})}, cwd=ROOT,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
 def _results(procs: list[subprocess.Popen], timeout: float) -> list[dict]:
@@ -152,24 +155,36 @@ def _free_port() -> int:
     return s.getsockname()[1]
 
 
-def _processes(workdir, sigterm_at: dict[int, int]) -> list[dict]:
+def _processes(workdir: str, sigterm_at: dict[int, int], env: dict) -> list[dict]:
   address = f'127.0.0.1:{_free_port()}'
-  return _results([_worker('process', str(workdir), address, '2', str(i),
-                           *([str(sigterm_at[i])] if i in sigterm_at else []), devices=2)
-                   for i in range(2)], PROCESS_TIMEOUT)
+  return _results([_worker('process', workdir, address, '2', str(i),
+                           *([str(sigterm_at[i])] if i in sigterm_at else []), devices=2,
+                           env=env) for i in range(2)], PROCESS_TIMEOUT)
 
 
-def test_two_processes_with_fsdp_across_them_match_one_device_and_stop_together(cases, tmp_path):
+def _scratch(root) -> dict:
+  """Fresh local scratch directories of a process (compilation cache, temporary files, the
+  shard cache): what a TPU VM's disk holds, and loses on preemption."""
+  shutil.rmtree(root, ignore_errors=True)
+  os.makedirs(root / 'tmp')
+  return {'JAX_COMPILATION_CACHE_DIR': str(root / 'jax-cache'), 'TMPDIR': str(root / 'tmp'),
+          'DEPTHSCALE_CACHE': str(root / 'cache')}
+
+
+def test_two_processes_in_a_bucket_match_one_device_stop_together_and_resume(cases, gcs,
+                                                                              tmp_path):
+  workdir = f'gs://{gcs.bucket()}/rung'  # a pod run's home: nothing needed on local disk
   # process 1 alone gets SIGTERM as it draws batch 3: both learn it from step 3's vote,
   # read after step 4 is dispatched, and save after step 4
-  stopped = _processes(tmp_path, {1: 3})
+  stopped = _processes(workdir, {1: 3}, _scratch(tmp_path / 'scratch'))
   assert [r['process_index'] for r in stopped] == [0, 1]
   assert all(r['process_count'] == 2 and r['devices'] == 4 for r in stopped)
   assert [r['summary'] for r in stopped] == [{'status': 'preempted', 'step': 5}] * 2
   assert all('SIGTERM: checkpoint saved at step 5' in r['output'] for r in stopped)
-  assert sorted(os.listdir(tmp_path / 'checkpoints')) == ['4', '5']
+  assert storage.listdir(f'{workdir}/checkpoints') == ['4', '5']
 
-  resumed = _processes(tmp_path, {})  # the rerun resumes at step 5 and finishes
+  # the rerun, with every local scratch directory deleted, resumes at step 5 and finishes
+  resumed = _processes(workdir, {}, _scratch(tmp_path / 'scratch'))
   assert resumed[0]['summary']['final_train_loss'] == resumed[1]['summary']['final_train_loss']
   _assert_same_logs(resumed[0]['logs'], cases['metrics_reference']['logs'])
 
