@@ -104,15 +104,6 @@ def rename(src: PathLike, dst: PathLike) -> None:
   _path(src).rename(_path(dst))
 
 
-def remove(path: PathLike) -> None:
-  """Deletes a file, or a directory with all it holds."""
-  p = _path(path)
-  if p.is_dir():
-    p.rmtree()
-  else:
-    p.unlink()
-
-
 def read_bytes(path: PathLike) -> bytes:
   return _path(path).read_bytes()
 
