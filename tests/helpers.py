@@ -101,6 +101,13 @@ def init(method: str | None = None, **overrides):
   return make_model(cfg), jax.tree.map(jnp.array, params)
 
 
+def perturb(params, seed: int = 0, scale: float = 0.1):
+  """params plus scale * N(0, 1) on every leaf: gains, scales and gates away from their init."""
+  leaves, tree = jax.tree.flatten(params)
+  keys = jax.random.split(jax.random.PRNGKey(seed), len(leaves))
+  return tree.unflatten([a + scale * jax.random.normal(k, a.shape) for a, k in zip(leaves, keys)])
+
+
 def param_count(cfg) -> int:
   """The parameters of cfg's model, from abstract shapes (nothing initialized)."""
   toks = jax.ShapeDtypeStruct((1, cfg.data.seq_len), jnp.int32)

@@ -13,7 +13,7 @@ from depthscale.model import parametrization as pz
 from depthscale.model.transformer import Transformer, make_model
 from depthscale.training.optim import make_optimizer
 from depthscale.training.steps import init_state
-from tests.helpers import covers, tiny_config
+from tests.helpers import covers, init, perturb, small_config, tiny_config
 
 
 def _params(cfg, seed=0):
@@ -72,6 +72,22 @@ def test_mup_init_output_multiplier_and_attention_scale():
   np.testing.assert_allclose(np.std(p['embedding']), 0.02, rtol=0.05)
   assert pz.logit_mult(cfg.model) == pytest.approx(0.25)
   assert pz.attention_scale(cfg.model) == pytest.approx(math.sqrt(8) / 32)  # sqrt(d_h,base)/d_h
+
+
+def test_mup_forward_at_twice_the_base_width_scales_attention_logits_and_output():
+  """m_N = 2 (D 16, base 8, E 8, E_base 4), output_mult 1.5, parameters off init: the muP
+  forward is the standard one with attention logits times (2 / 8) / (1 / sqrt(8)) (q scaled by
+  it) and the output logits times 1.5 / 2; no branch multiplier."""
+  model, params = init(**{'model.parametrization': 'mup', 'model.base_d_model': 8,
+                          'model.output_mult': 1.5})
+  params = perturb(params, seed=1)
+  ref = jax.tree.map(lambda a: a, params)
+  ref['blocks']['attn']['q'] = params['blocks']['attn']['q'] * (2 / 8) * math.sqrt(8)
+  std = small_config()
+  tokens = _tokens(std)
+  a, _ = jax.jit(model.apply)({'params': params}, tokens)
+  b, _ = jax.jit(make_model(std).apply)({'params': ref}, tokens)
+  np.testing.assert_allclose(a, 0.75 * b, rtol=1e-5, atol=1e-5)
 
 
 def test_mup_weight_decay_is_width_independent():
