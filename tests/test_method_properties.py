@@ -1,7 +1,8 @@
 """Modifiers and placements away from their init, where a wiring bug shows: GPAS with a
 nonzero gate, LayerRoPE at a nonzero angle, nGPT's update equation, NormFormer's residual
-scale and QK-norm 'full' vs 'per_head', each against a reference built from the block's
-own attention, MLP and norms."""
+scale, QK-norm 'full' vs 'per_head', DeepScaleLM's lambda and beta at L > 2 and nGPT's s_qk,
+softmax scale, s_uv and s_z, each against a reference built from the block's own attention,
+MLP and norms, or in float64 numpy."""
 
 import math
 
@@ -13,8 +14,8 @@ import pytest
 
 from depthscale.model import inner_norms, ngpt
 from depthscale.model.norms import LayerNorm, RMSNorm
-from depthscale.model.transformer import Attention, Mlp
-from tests.helpers import covers, init, run_block
+from depthscale.model.transformer import Attention, Mlp, Transformer
+from tests.helpers import covers, init, perturb, run_block
 
 D = 16
 
@@ -23,9 +24,10 @@ def _x(seed, scale=1.0):
   return scale * jax.random.normal(jax.random.PRNGKey(seed), (2, 16, D))
 
 
-def _branch(model, p_l, name, x):
+def _branch(model, p_l, name, x, index=None):
+  """Sublayer `name` of one block's params on x; index: the 1-based block (per-layer inits)."""
   module = Attention(model.cfg) if name == 'attn' else Mlp(model.cfg)
-  return module.apply({'params': p_l[name]}, x)
+  return module.apply({'params': p_l[name]}, x, index=index)
 
 
 def _ln(p, x, eps=1e-5):
@@ -136,4 +138,85 @@ def test_qk_norm_full_normalizes_over_all_heads_and_per_head_over_each(mode):
   q32 = jnp.asarray(q, jnp.float32)
   out = _Qkv(model.cfg).apply({'params': norms}, q32, q32, q32)[0]
   ref = {'none': q, 'full': _rms64(q, (-2, -1)), 'per_head': _rms64(q, -1)}[mode]
+  np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-5)
+
+
+def test_deepscalelm_sublayer_is_lambda_skip_plus_beta_branch_at_four_layers():
+  """L = 4: beta^2 = 1/4 differs from lambda^2 = 3/4; each Pre-LN sublayer maps
+  x -> lambda x + beta F(LN(x)), gains and matrices off init."""
+  model, params = init(**{'model.init': 'deepscalelm', 'model.num_layers': 4})
+  params = perturb(params, seed=2)
+  beta, lam = 0.5, math.sqrt(3) / 2
+  x, l = _x(9), 2
+  p = _layer(params, l)
+  h = lam * x + beta * _branch(model, p, 'attn', _ln(p['attn_norm'], x), l + 1)
+  ref = lam * h + beta * _branch(model, p, 'mlp', _ln(p['mlp_norm'], h), l + 1)
+  np.testing.assert_allclose(run_block(model, params, x, l), ref, rtol=1e-5, atol=1e-5)
+
+
+def _ngpt():
+  """nGPT's (model, params), every parameter (s_qk, s_uv, s_z, matrices) off its init."""
+  model, params = init(**{'model.block': 'ngpt', 'model.mlp': 'swiglu',
+                          'model.tie_embeddings': False})
+  return model, perturb(params, seed=3)
+
+
+def _f64(*arrays):
+  return [np.asarray(a, np.float64) for a in arrays]
+
+
+def _unit64(v):
+  return v / np.linalg.norm(v, axis=-1, keepdims=True)
+
+
+def _rope64(x, base):
+  """Rotate-half RoPE over the last axis of x[B, T, H, E], float64."""
+  t, e = x.shape[1], x.shape[-1]
+  angle = np.arange(t)[:, None] * base ** (-np.arange(0, e, 2) / e)
+  cos, sin = np.cos(angle)[None, :, None], np.sin(angle)[None, :, None]
+  x1, x2 = np.split(x, 2, axis=-1)
+  return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+
+
+def test_ngpt_attention_uses_s_qk_on_unit_q_k_and_softmax_scale_sqrt_e():
+  """softmax(sqrt(E) <s_qk Norm(q), s_qk Norm(k)>) after RoPE, causal, with the effective
+  s_qk = theta sqrt(H E) (s_init 1, s_scale (H E)^-1/2); float64 reference."""
+  model, params = _ngpt()
+  p = _layer(params, 1)['attn']
+  x = _x(10)
+  x64, wq, wkv, wo, theta = _f64(x, p['q'], p['kv'], p['o'], p['qk_scale'])
+  e = wq.shape[-1]
+  s_qk = theta * math.sqrt(theta.size)
+  rope = lambda v: _rope64(v, model.cfg.rope_base)
+  q = _unit64(rope(np.einsum('btd,dhe->bthe', x64, wq))) * s_qk * math.sqrt(e)
+  k = _unit64(rope(np.einsum('btd,dhe->bthe', x64, wkv[:, 0]))) * s_qk
+  v = np.einsum('btd,dhe->bthe', x64, wkv[:, 1])
+  logits = np.einsum('bqhe,bkhe->bhqk', q, k)
+  t = x.shape[1]
+  logits = np.where(np.tril(np.ones((t, t), bool)), logits, -np.inf)
+  probs = np.exp(logits - logits.max(-1, keepdims=True))
+  probs /= probs.sum(-1, keepdims=True)
+  ref = np.einsum('bhqk,bkhe,hed->bqd', probs, v, wo)
+  np.testing.assert_allclose(Attention(model.cfg).apply({'params': p}, x), ref, rtol=1e-4,
+                             atol=1e-5)
+
+
+def test_ngpt_mlp_scales_gate_and_up_by_s_uv_sqrt_d():
+  """SwiGLU on u s_u sqrt(D), v s_v sqrt(D) (s_init = s_scale = 1); float64 reference."""
+  model, params = _ngpt()
+  p = _layer(params, 1)['mlp']
+  x = _x(11)
+  x64, wi, wo, s_uv = _f64(x, p['wi'], p['wo'], p['uv_scale'])
+  u, v = (np.einsum('btd,df->btf', x64, wi[:, i]) * s_uv[i] * math.sqrt(D) for i in (0, 1))
+  ref = (u / (1 + np.exp(-u)) * v) @ wo
+  np.testing.assert_allclose(Mlp(model.cfg).apply({'params': p}, x), ref, rtol=1e-4, atol=1e-5)
+
+
+def test_ngpt_logits_are_s_z_times_the_head_output():
+  """z = s_z (h W_head), s_z = theta sqrt(D) (s_init 1, s_scale D^-1/2), no final norm."""
+  model, params = _ngpt()
+  x = _x(12)
+  x64, head, theta = _f64(x, params['head'], params['logit_scale'])
+  ref = (x64 @ head) * theta * math.sqrt(D)
+  out = model.apply({'params': params}, x, method=Transformer.unembed)
   np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-5)
