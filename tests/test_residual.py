@@ -13,7 +13,7 @@ from depthscale.model.placements import layer_schedule
 from depthscale.model.transformer import Attention, Block, Mlp, make_model
 from depthscale.training.optim import decay_mask, make_optimizer
 from depthscale.training.steps import init_state
-from tests.helpers import covers, tiny_config
+from tests.helpers import covers, init, layer_params, perturb, tiny_config
 
 
 def _params(cfg):
@@ -393,3 +393,26 @@ def test_hc_and_mhc_readouts_with_random_weights_match_float64():
   w = _sigmoid((residual.MHC_GATE_INIT + p['gate']) * mix + np.log(1 / (n - 1)) + p['b'])
   ref = np.einsum('btn,nbtd->btd', w + residual.SINKHORN_EPS, x)
   np.testing.assert_allclose(readout.apply({'params': p}, carry), ref, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize('design', ['hyper_connections', 'attn_res'])
+def test_block_hands_each_connection_its_residual_sublayer_index(design):
+  """Block 2 of 2 (1-based) calls its attention and MLP connections with k = 2 and 3, the
+  0-based residual-sublayer index: a Python reference that passes k by hand and applies
+  Pre-LN's h + F(LN(h)), on distinct streams (sources) and parameters off init."""
+  model, params = init(**{'model.residual': design})
+  cfg, l = model.cfg, 1
+  p = layer_params(perturb(params, seed=4), l)
+  x = jnp.asarray(_rand(60, (2, 16, 16)), jnp.float32)
+  carry = {'x': jnp.asarray(_rand(61, (cfg.hc_rate, 2, 16, 16)), jnp.float32)}
+  if design == 'attn_res':
+    carry = {'x': x, 'sources': jnp.asarray(_rand(62, (5, 2, 16, 16)), jnp.float32)}
+  out, _ = Block(cfg).apply({'params': p}, carry, jax.tree.map(lambda s: s[l], layer_schedule(cfg)))
+  ref = carry
+  for j, (name, module) in enumerate((('attn', Attention), ('mlp', Mlp))):
+    h, write = residual.DESIGNS[design].connection(cfg).apply({'params': p[f'res_{name}']}, ref,
+                                                              jnp.int32(2 * l + j))
+    normed = LayerNorm(eps=cfg.norm_eps).apply({'params': p[f'{name}_norm']}, h)
+    ref = write(h + module(cfg).apply({'params': p[name]}, normed))
+  for key in carry:
+    np.testing.assert_allclose(out[key], ref[key], rtol=1e-5, atol=1e-5, err_msg=key)
