@@ -2,7 +2,8 @@
 nonzero gate, LayerRoPE at a nonzero angle, nGPT's update equation, NormFormer's residual
 scale, QK-norm 'full' vs 'per_head', DeepScaleLM's lambda and beta at L > 2 and nGPT's s_qk,
 softmax scale, s_uv and s_z, each against a reference built from the block's own attention,
-MLP and norms, or in float64 numpy."""
+MLP and norms, or in float64 numpy; Peri-LN / Sandwich-LN with LNS, DeepNorm with a GPAS
+gate and HybridNorm's FFN input with every gain off init."""
 
 import math
 
@@ -220,3 +221,39 @@ def test_ngpt_logits_are_s_z_times_the_head_output():
   ref = (x64 @ head) * theta * math.sqrt(D)
   out = model.apply({'params': params}, x, method=Transformer.unembed)
   np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-5)
+
+
+_PLACEMENT_OPTIONS = {'peri_ln': {'model.ln_scaling': True, 'model.gpas': True},
+                      'sandwich_ln': {'model.ln_scaling': True, 'model.gpas': True},
+                      'deepnorm': {'model.gpas': True}}
+
+
+def _placement_sublayer(block, model, p, name, x, l):
+  """One sublayer of block l (0-based) by its equation (docs/methods.md)."""
+  f = lambda h: _branch(model, p, name, h)
+  ln = lambda key, h: _ln(p[key], h)
+  g = (lambda v: (1 - jax.nn.silu(p['gpas_gate'])) * v) if 'gpas_gate' in p else (lambda v: v)
+  if block in ('peri_ln', 'sandwich_ln'):  # g(x + LN_out(F(LN_in(x) / sqrt(l))))
+    return g(x + ln(f'{name}_norm_out', f(ln(f'{name}_norm', x) / math.sqrt(l + 1))))
+  if block == 'deepnorm':  # LN((2L)^(1/4) g(x) + F(x)), L = 2
+    return ln(f'{name}_norm', math.sqrt(2) * g(x) + f(x))
+  if name == 'attn':  # HybridNorm: x + Attn_QKVnorm(x); z + FFN(z), z = LN(y)
+    return x + f(x)
+  z = ln('mlp_norm', x)
+  return z + f(z)
+
+
+@pytest.mark.parametrize('block', ['peri_ln', 'sandwich_ln', 'deepnorm', 'hybridnorm'])
+def test_placement_block_off_init_follows_its_equation(block):
+  """Block 2 with every gain, bias and matrix perturbed and a GPAS gate of -1.3 where on:
+  LNS's 1/sqrt(2) on Peri-LN's input norm, GPAS on Peri-LN and DeepNorm, HybridNorm's FFN
+  reading the normalized stream."""
+  model, params = init(**{'model.block': block, **_PLACEMENT_OPTIONS.get(block, {})})
+  params = perturb(params, seed=5)
+  if 'gpas_gate' in params['blocks']:
+    params['blocks']['gpas_gate'] = jnp.array([0.7, -1.3])
+  x, l = _x(13), 1
+  p, ref = _layer(params, l), x
+  for name in ('attn', 'mlp'):
+    ref = _placement_sublayer(block, model, p, name, ref, l)
+  np.testing.assert_allclose(run_block(model, params, x, l), ref, rtol=1e-5, atol=1e-5)
