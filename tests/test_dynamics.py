@@ -143,6 +143,27 @@ def test_qk_slowdown_factor_and_optimizer():
   assert np.all(np.asarray(m['blocks']['attn']['o']) == 1)
 
 
+def test_qk_slowdown_inside_the_optimizer_follows_the_step_count():
+  """Adam's update for a constant gradient is lr * sign(g): the slowed layers' (3, 4) W_Q and
+  keys step by lr * [0.1, 0.1, 0.1, 0.55, 1] at steps 0-4 (c = 0.1, 2 steps, 2-step ramp);
+  values and layers 1, 2 by lr throughout."""
+  cfg = tiny_config(**{'optim.qk_slow_factor': 0.1, 'optim.qk_slow_steps': 2,
+                       'optim.qk_slow_ramp': 2, 'model.num_layers': 4, 'optim.schedule': 'constant',
+                       'optim.warmup_steps': 0, 'optim.weight_decay': 0.0, 'optim.clip_norm': 0.0})
+  _, params, _ = _setup(cfg)
+  tx, lr = make_optimizer(cfg), cfg.optim.lr
+  grads = jax.tree.map(jnp.ones_like, params)
+  update = jax.jit(tx.update)
+  state = tx.init(params)
+  for factor in (0.1, 0.1, 0.1, 0.55, 1.0):
+    u, state = update(grads, state, params)
+    q, kv = np.abs(u['blocks']['attn']['q']), np.abs(u['blocks']['attn']['kv'])
+    for got, slowed in ((q, q[2:]), (kv[:, :, 0], kv[2:, :, 0])):
+      np.testing.assert_allclose(slowed, lr * factor, rtol=1e-4)
+      np.testing.assert_allclose(got[:2], lr, rtol=1e-4)
+    np.testing.assert_allclose(kv[:, :, 1], lr, rtol=1e-4)
+
+
 def _hill_numpy(eigs):
   eigs = np.sort(np.asarray(eigs, np.float64))
   i0 = len(eigs) // 2
