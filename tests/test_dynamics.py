@@ -15,7 +15,8 @@ from depthscale.model.transformer import Transformer, apply_unrolled, make_model
 from depthscale.training import dynamics, llr
 from depthscale.training.optim import lr_multipliers, make_optimizer, schedule
 from depthscale.training.steps import early_exit_weights, init_state, make_train_step, model_loss
-from tests.helpers import batch_loss, covers, heldout_batch, tiny_config
+from tests.helpers import (batch_loss, covers, heldout_batch, init, perturb, run_block, small_config,
+                           tiny_config, tokens)
 
 
 def _setup(cfg):
@@ -141,6 +142,22 @@ def test_qk_slowdown_factor_and_optimizer():
   kv = np.broadcast_to(m['blocks']['attn']['kv'], params['blocks']['attn']['kv'].shape)
   assert np.all(kv[2:, :, 0] == np.float32(0.1)) and np.all(kv[:, :, 1] == 1) and np.all(kv[:2] == 1)
   assert np.all(np.asarray(m['blocks']['attn']['o']) == 1)
+
+
+def test_layerskip_mask_drops_a_block_for_its_sample_only():
+  """A per-sample keep mask (L, B) = [[0, 1], [1, 1]]: sample 1 skips block 1 (the identity
+  under Pre-LN), sample 2 runs every block; a Python loop per sample, params off init."""
+  model, params = init()
+  params = perturb(params, seed=6)
+  toks = tokens(small_config())
+  mask = jnp.array([[0.0, 1.0], [1.0, 1.0]])
+  got, _ = jax.jit(model.apply)({'params': params}, toks, {'branch_mult': mask})
+  for b in range(2):
+    x = model.apply({'params': params}, toks[b:b + 1], method=Transformer.embed)
+    for l in range(2):
+      x = run_block(model, params, x, l) if mask[l, b] else x
+    ref = model.apply({'params': params}, x, method=Transformer.unembed)
+    np.testing.assert_allclose(got[b:b + 1], ref, rtol=1e-5, atol=1e-5, err_msg=f'sample {b}')
 
 
 def test_qk_slowdown_inside_the_optimizer_follows_the_step_count():
