@@ -24,6 +24,8 @@ TPU dry run on v5p-16: not every rung fits (peak 96.5 GiB of 88.5 GiB per chip);
 step 0.0584-0.392 s (roofline estimate, not measured).
 """
 
+import dataclasses
+
 from depthscale.ladder import Rung, budget_sweep, cross
 from depthscale.experiment import study_config
 
@@ -39,6 +41,15 @@ DESIGNS = {  # residual-stream designs, one seed each (all Pre-LN blocks)
     'attn_res': {'model.residual': 'attn_res'},
     'denseformer': {'model.residual': 'denseformer'},
 }
+HC_REMAT_DEPTH = 48  # Hyper-Connections from this depth on: model.remat=nothing_saveable
+
+
+def _remat_deep_hc(rung: Rung) -> Rung:
+  """The rung with full remat where Hyper-Connections' 4 streams per layer exceed the chip."""
+  o = rung.overrides
+  if o.get('model.residual') != 'hyper_connections' or o['model.num_layers'] < HC_REMAT_DEPTH:
+    return rung
+  return dataclasses.replace(rung, overrides={**o, 'model.remat': 'nothing_saveable'})
 
 
 def get_config(arg: str | None = None):
@@ -54,4 +65,4 @@ def get_ladder(arg: str | None = None):
   else:
     shapes_for_designs = shapes
   return (cross(BASELINE, cross({f's{s}': {'train.seed': s} for s in range(seeds)}, shapes))
-          + cross(DESIGNS, cross({'s0': {}}, shapes_for_designs)))
+          + [_remat_deep_hc(r) for r in cross(DESIGNS, cross({'s0': {}}, shapes_for_designs))])
