@@ -306,11 +306,11 @@ def _mean_stream(carry: dict) -> jax.Array:
 @dataclasses.dataclass(frozen=True)
 class History:
   """A carry entry holding earlier outputs in slots [S, B, T, D] that fill in order:
-  entering block i (1-based), the slots below open(cfg, i) hold their final values, slot
-  open(cfg, i) a partial sum (or zeros) and the later slots zeros. The layer scan's
-  backward rebuilds it from the final carry (depthscale.model.transformer.history_scan)."""
+  entering block i (1-based), the slots below open_slot(cfg, i) hold their final values,
+  that slot a partial sum (or zeros) and the later slots zeros. The layer scan's backward
+  rebuilds it from the final carry (depthscale.model.transformer.history_scan)."""
   key: str  # the carry entry
-  open: Callable[[Any, jax.Array], jax.Array]  # (cfg, block index i) -> the open slot
+  open_slot: Callable[[Any, jax.Array], jax.Array]  # (cfg, block index i) -> the open slot
 
 
 ATTN_RES_HISTORY = History(

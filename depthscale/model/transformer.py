@@ -243,7 +243,7 @@ def history_scan(cfg, layer, params, carry: dict, xs: dict, unroll: int):
     def body(c, p, x):
       rest = {k: v for k, v in c.items() if k != key}
       out, ys = layer(p, c, x)
-      return out, (ys, rest, c[key][history.open(cfg, x['index'])])
+      return out, (ys, rest, c[key][history.open_slot(cfg, x['index'])])
     out, (ys, rest, open_LxBxTxD) = scan(body, carry, (params, xs))
     return (out, ys), (params, xs, rest, open_LxBxTxD, out[key])
 
@@ -252,7 +252,7 @@ def history_scan(cfg, layer, params, carry: dict, xs: dict, unroll: int):
     slot = jnp.arange(final_SxBxTxD.shape[0]).reshape((-1,) + (1,) * (final_SxBxTxD.ndim - 1))
 
     def body(d_carry, p, x, rest_l, open_BxTxD, d_ys):
-      n = history.open(cfg, x['index'])
+      n = history.open_slot(cfg, x['index'])
       hist_SxBxTxD = jnp.where(slot < n, final_SxBxTxD, 0).at[n].set(open_BxTxD)
       _, vjp = jax.vjp(lambda p, c: layer(p, c, x), p, {**rest_l, key: hist_SxBxTxD})
       d_p, d_carry = vjp((d_carry, d_ys))
