@@ -11,7 +11,6 @@ import optax
 import pytest
 
 from depthscale import config
-from depthscale.model import residual
 from depthscale.model.transformer import apply_unrolled, make_model, scan_inputs
 from depthscale.training.optim import make_optimizer, schedule
 from depthscale.training.steps import init_state, make_train_step, model_loss
@@ -60,8 +59,11 @@ def test_design_scans_and_trains(name):
   assert share > (0.03 if CASES[name].get('model.block') == 'post_ln' else 0.1), share
 
 
-HISTORY_CASES = [n for n, c in CASES.items()
-                 if residual.DESIGNS[c.get('model.residual', 'standard')].history]
+HISTORY_CASES = {  # block AttnRes, N = 2 at L = 3: layers 2 and 3 enter with a partial block sum
+    'attn_res': {'model.residual': 'attn_res'},
+    'block_attn_res_N2': {'model.residual': 'block_attn_res', 'model.attn_res_blocks': 2},
+    'denseformer_2x2+svformer': CASES['denseformer_2x2+svformer'],
+}
 
 
 def _scan_autodiff(m, tokens_BxT):
@@ -75,7 +77,7 @@ def _scan_autodiff(m, tokens_BxT):
 def test_history_gradients_equal_autodiff_of_the_layer_scan(name, collect_stats):
   """history_scan's backward (history rebuilt, blocks recomputed) gives nn.scan's gradients,
   through the logits, the per-layer statistics and the sown block outputs (LayerSkip)."""
-  cfg = tiny_config(**{'model.num_layers': 3, 'model.unroll_max_layers': 0, **CASES[name]})
+  cfg = tiny_config(**{'model.num_layers': 3, 'model.unroll_max_layers': 0, **HISTORY_CASES[name]})
   model, tx = make_model(cfg, collect_stats), make_optimizer(cfg)
   params = jax.jit(lambda: init_state(model, tx, 0, cfg.data.seq_len))()['params']
   leaves, tree = jax.tree.flatten(params)  # every mixing weight away from its init
