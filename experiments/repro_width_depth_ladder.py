@@ -10,19 +10,20 @@ seeds, Hyper-Connections, AttnRes and DenseFormer at 3 shapes x 1 seed, 300 step
 Expected result (measured, cpu): eval loss (d128, L2) < (d64, L8) < (d32, L32) at a
 ~400k non-embedding budget, with gaps far beyond the seed spread.
 Paper size on TPU (`--dry_run --topology=v5p-16`, recorded in
-experiments/dryrun/repro_width_depth_ladder.paper.v5p-16.json; 85-118M parameters, 8-way
-data parallel, float32, no remat): every Pre-LN rung fits v5p-16 (peak 22.4 GiB at d1152 L6
-to 69.9 GiB at d320 L96; v5p-8 not compiled). Hyper-Connections fit up to L24 (78.8 GiB);
-at L48 and L96 the dry run names `model.remat=nothing_saveable` (15.9 and 22.3 GiB).
-DenseFormer fits up to L24; L48 fits at half the batch (84.1 GiB), and L96 (439 GB of
-temporaries) fits none of the alternatives. AttnRes fits only with remat at L6 and L12
-(30.9 and 55.4 GiB); from L24 on, none of the alternatives fits, and at L96 it needs 4.35 TB
-of temporaries. AttnRes and DenseFormer carry every earlier block's output through the
-layer scan, and the scan's backward keeps that history for every layer: their memory grows
-as L^2 d, not L d, so as implemented no v5p slice holds their deep rungs at this batch.
-TPU dry run on v5p-16: not every rung fits (peak 96.5 GiB of 88.5 GiB per chip); estimated
-step 0.0584-0.392 s (roofline estimate, not measured).
+experiments/dryrun/repro_width_depth_ladder.paper.v5p-16.json; 85-119M parameters, 8-way
+data parallel, float32): every Pre-LN rung fits v5p-16 without remat (peak 22.4 GiB at d1152
+L6 to 69.9 GiB at d320 L96; v5p-8 not compiled). Hyper-Connections fit without remat up to
+L24 (78.8 GiB); from L48 (HC_REMAT_DEPTH) the ladder sets `model.remat=nothing_saveable`
+(15.9 and 22.3 GiB at L48 and L96). AttnRes and DenseFormer carry every earlier block's
+output through the layer scan; their scan saves only each block's input and rebuilds that
+history in the backward pass, recomputing each block (history_scan in
+depthscale/model/transformer.py), so their memory is O(L d), not O(L^2 d): AttnRes 25.2
+GiB at L6 to 79.7 GiB at L96, DenseFormer 13.6 to 30.5 GiB.
+TPU dry run on v5p-16: every rung fits (peak 79.7 GiB of 88.5 GiB per chip); estimated
+step 0.0584-0.759 s (roofline estimate, not measured).
 """
+
+import dataclasses
 
 from depthscale.ladder import Rung, budget_sweep, cross
 from depthscale.experiment import study_config
@@ -39,6 +40,15 @@ DESIGNS = {  # residual-stream designs, one seed each (all Pre-LN blocks)
     'attn_res': {'model.residual': 'attn_res'},
     'denseformer': {'model.residual': 'denseformer'},
 }
+HC_REMAT_DEPTH = 48  # Hyper-Connections from this depth on: model.remat=nothing_saveable
+
+
+def _remat_deep_hc(rung: Rung) -> Rung:
+  """The rung with full remat where Hyper-Connections' 4 streams per layer exceed the chip."""
+  o = rung.overrides
+  if o.get('model.residual') != 'hyper_connections' or o['model.num_layers'] < HC_REMAT_DEPTH:
+    return rung
+  return dataclasses.replace(rung, overrides={**o, 'model.remat': 'nothing_saveable'})
 
 
 def get_config(arg: str | None = None):
@@ -54,4 +64,4 @@ def get_ladder(arg: str | None = None):
   else:
     shapes_for_designs = shapes
   return (cross(BASELINE, cross({f's{s}': {'train.seed': s} for s in range(seeds)}, shapes))
-          + cross(DESIGNS, cross({'s0': {}}, shapes_for_designs)))
+          + [_remat_deep_hc(r) for r in cross(DESIGNS, cross({'s0': {}}, shapes_for_designs))])

@@ -162,6 +162,14 @@ def attn_res_blocks(cfg) -> int:
   return subs if cfg.residual == 'attn_res' else cfg.attn_res_blocks
 
 
+def attn_res_slot(cfg, k: jax.Array) -> tuple[jax.Array, int]:
+  """(n, S): the source slot n (block n, 1-based) that residual sublayer k adds to, and the
+  block size S = L_sub // N (the last block takes the remainder)."""
+  blocks = attn_res_blocks(cfg)
+  size = cfg.num_layers * sublayers_per_block(cfg) // blocks
+  return jnp.minimum(k // size, blocks - 1) + 1, size
+
+
 class AttnResConnection(nn.Module):
   """(Block) AttnRes (Kimi 2026): the sublayer input is a softmax over the embedding and
   the (partial) block sums of earlier sublayer outputs. Slot 0 is the embedding, slot n
@@ -171,10 +179,8 @@ class AttnResConnection(nn.Module):
   @nn.compact
   def __call__(self, carry: dict, k: jax.Array) -> tuple[jax.Array, Write]:
     sources_SxBxTxD = carry['sources']
-    blocks = sources_SxBxTxD.shape[0] - 1
-    size = self.cfg.num_layers * sublayers_per_block(self.cfg) // blocks
-    n = jnp.minimum(k // size, blocks - 1) + 1
-    slot = jnp.arange(blocks + 1)
+    n, size = attn_res_slot(self.cfg, k)
+    slot = jnp.arange(sources_SxBxTxD.shape[0])
     valid_S = (slot < n) | ((slot == n) & (k - (n - 1) * size >= 1))
     h_BxTxD = DepthSoftmax(self.cfg, name='read')(sources_SxBxTxD, valid_S)
 
@@ -298,6 +304,20 @@ def _mean_stream(carry: dict) -> jax.Array:
 
 
 @dataclasses.dataclass(frozen=True)
+class History:
+  """A carry entry holding earlier outputs in slots [S, B, T, D] that fill in order:
+  entering block i (1-based), the slots below open_slot(cfg, i) hold their final values,
+  that slot a partial sum (or zeros) and the later slots zeros. The layer scan's backward
+  rebuilds it from the final carry (depthscale.model.transformer.history_scan)."""
+  key: str  # the carry entry
+  open_slot: Callable[[Any, jax.Array], jax.Array]  # (cfg, block index i) -> the open slot
+
+
+ATTN_RES_HISTORY = History(
+    'sources', lambda cfg, i: attn_res_slot(cfg, (i - 1) * sublayers_per_block(cfg))[0])
+
+
+@dataclasses.dataclass(frozen=True)
 class Design:
   """One entry of the table of residual designs."""
   connection: type[nn.Module]  # per residual sublayer: (carry, k) -> (h, write)
@@ -305,6 +325,7 @@ class Design:
   view: Callable[[dict], jax.Array] = lambda carry: carry['x']  # the stream stats record
   readout: type[nn.Module] | None = None  # carry -> stream before the final norm
   block_end: type[nn.Module] | None = None  # (carry, index) -> carry after the sublayers
+  history: History | None = None  # the carry entry of earlier outputs, if any
 
 
 # For HC and mHC the recorded stream is the mean of the n streams (= the Pre-LN stream at
@@ -313,9 +334,12 @@ DESIGNS: dict[str, Design] = {
     'standard': Design(Plain),
     'hyper_connections': Design(HyperConnection, _streams, _mean_stream, MeanStreams),
     'mhc': Design(ManifoldHyperConnection, _streams, _mean_stream, ManifoldReadout),
-    'denseformer': Design(Plain, _dwa_history, block_end=DepthWeightedAverage),
-    'attn_res': Design(AttnResConnection, _attn_res_sources, readout=AttnResReadout),
-    'block_attn_res': Design(AttnResConnection, _attn_res_sources, readout=AttnResReadout),
+    'denseformer': Design(Plain, _dwa_history, block_end=DepthWeightedAverage,
+                          history=History('dwa', lambda cfg, i: i)),
+    'attn_res': Design(AttnResConnection, _attn_res_sources, readout=AttnResReadout,
+                       history=ATTN_RES_HISTORY),
+    'block_attn_res': Design(AttnResConnection, _attn_res_sources, readout=AttnResReadout,
+                             history=ATTN_RES_HISTORY),
     'laurel': Design(Laurel, _laurel_window),
 }
 VALUE_RESIDUALS = ('none', 'resformer', 'svformer', 'satformer')

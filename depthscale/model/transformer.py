@@ -205,13 +205,65 @@ def block_stack(cfg, collect_stats: bool):
   block = Block
   if cfg.remat != 'none':
     block = nn.remat(Block, policy=getattr(jax.checkpoint_policies, cfg.remat), prevent_cse=False)
-  # Unrolled, the rematerialized stack compiled to the same buffers as without remat (XLA-CPU).
-  unrolled = not collect_stats and cfg.remat == 'none' and cfg.num_layers <= cfg.unroll_max_layers
-  unroll = cfg.num_layers if unrolled else 1
   return nn.scan(block, variable_axes={'params': 0, 'intermediates': 0},
                  split_rngs={'params': True},
-                 in_axes=0, length=cfg.num_layers, unroll=unroll,
+                 in_axes=0, length=cfg.num_layers, unroll=scan_unroll(cfg, collect_stats),
                  metadata_params={nn.PARTITION_NAME: 'layers'})(cfg, collect_stats)
+
+
+def scan_unroll(cfg, collect_stats: bool) -> int:
+  """The layer scan's unroll factor (see block_stack): L when unrolled, else 1."""
+  # Unrolled, the rematerialized stack compiled to the same buffers as without remat (XLA-CPU).
+  unrolled = not collect_stats and cfg.remat == 'none' and cfg.num_layers <= cfg.unroll_max_layers
+  return cfg.num_layers if unrolled else 1
+
+
+def history_scan(cfg, layer, params, carry: dict, xs: dict, unroll: int):
+  """lax.scan of layer(params_l, carry, xs_l) -> (carry, ys) over the L stacked layers, whose
+  backward keeps the design's history carry[history.key] (S slots) once, not once per layer.
+
+  Autodiff of a scan saves each iteration's residuals, and every block reads (and so saves)
+  the whole history: O(L S B T D) = O(L^2 d) memory. Here the forward saves per block only the
+  rest of its input carry and the history's open slot, O(B T D); the backward rebuilds the
+  block's input history from the final one (the slots below the open one are final, the
+  later ones zero) and recomputes the block under jax.vjp. One more forward pass, as with
+  model.remat=nothing_saveable (which this path makes moot); O(L d) memory.
+  """
+  history = residual.DESIGNS[cfg.residual].history
+  key = history.key
+
+  def scan(body, init, seq, reverse=False):
+    return jax.lax.scan(lambda c, s: body(c, *s), init, seq, reverse=reverse, unroll=unroll)
+
+  @jax.custom_vjp
+  def run(params, carry, xs):
+    return scan(lambda c, p, x: layer(p, c, x), carry, (params, xs))
+
+  def forward(params, carry, xs):
+    def body(c, p, x):
+      rest = {k: v for k, v in c.items() if k != key}
+      out, ys = layer(p, c, x)
+      return out, (ys, rest, c[key][history.open_slot(cfg, x['index'])])
+    out, (ys, rest, open_LxBxTxD) = scan(body, carry, (params, xs))
+    return (out, ys), (params, xs, rest, open_LxBxTxD, out[key])
+
+  def backward(saved, cotangents):
+    params, xs, rest, open_LxBxTxD, final_SxBxTxD = saved
+    slot = jnp.arange(final_SxBxTxD.shape[0]).reshape((-1,) + (1,) * (final_SxBxTxD.ndim - 1))
+
+    def body(d_carry, p, x, rest_l, open_BxTxD, d_ys):
+      n = history.open_slot(cfg, x['index'])
+      hist_SxBxTxD = jnp.where(slot < n, final_SxBxTxD, 0).at[n].set(open_BxTxD)
+      _, vjp = jax.vjp(lambda p, c: layer(p, c, x), p, {**rest_l, key: hist_SxBxTxD})
+      d_p, d_carry = vjp((d_carry, d_ys))
+      return d_carry, d_p
+
+    d_carry, d_ys = cotangents
+    d_carry, d_params = scan(body, d_carry, (params, xs, rest, open_LxBxTxD, d_ys), reverse=True)
+    return d_params, d_carry, None  # no gradient for the layer schedule and inputs
+
+  run.defvjp(forward, backward)
+  return run(params, carry, xs)
 
 
 class Transformer(nn.Module):
@@ -303,9 +355,29 @@ class Transformer(nn.Module):
     """The scanned blocks: (stream leaving block L, per-layer stats). layer_inputs adds
     step-dependent per-layer scan inputs (leading axis L, see depthscale.dynamics);
     segments_BxT the document ids of document masking."""
-    carry, stats = self.blocks(self.start(x_BxTxD),
-                               scan_inputs(self.cfg, layer_inputs, segments_BxT))
+    carry, xs = self.start(x_BxTxD), scan_inputs(self.cfg, layer_inputs, segments_BxT)
+    if residual.DESIGNS[self.cfg.residual].history is None or self.is_initializing():
+      carry, stats = self.blocks(carry, xs)
+    else:
+      carry, stats = self.history_blocks(carry, xs)
     return self.finish(carry), stats
+
+  def history_blocks(self, carry: dict, xs: dict):
+    """The scanned blocks (same parameters, same function) by history_scan, for designs
+    that carry a history; the blocks' sown collections are stored as the scan stores them."""
+    cols = [c for c in ('intermediates', 'analysis') if self.is_mutable_collection(c)]
+    block = Block(self.cfg, self.collect_stats, parent=None)
+
+    def layer(p, c, x):
+      (c, stats), sown = block.apply({'params': p}, c, x, mutable=cols)
+      return c, (stats, sown)
+
+    carry, (stats, sown) = history_scan(self.cfg, layer, self.variables['params']['blocks'],
+                                        carry, xs, scan_unroll(self.cfg, self.collect_stats))
+    for col, tree in sown.items():
+      for name, value in tree.items():
+        self.blocks.put_variable(col, name, value)
+    return carry, stats
 
   def __call__(self, tokens_BxT, layer_inputs: dict | None = None, segments_BxT=None):
     x_BxTxD, stats = self.stack(self.embed(tokens_BxT), layer_inputs, segments_BxT)
