@@ -60,7 +60,7 @@ def default_config() -> ConfigDict:
   m.base_num_layers = 0  # depth-muP / CompleteP base depth (0 = num_layers: m_L = 1)
   m.output_mult = 1.0  # alpha_out: logits multiplier (divided by m_N under the muP family)
   m.dtype = 'float32'  # compute dtype; params and optimizer state stay float32
-  m.remat = 'none'  # a jax.checkpoint_policies name, or 'none'
+  m.remat = 'none'  # a jax.checkpoint_policies name, or 'none' (history designs always recompute)
   m.unroll_max_layers = -1  # layer scan unrolled (not on logging steps) for num_layers <= this; 0: never; -1: 16 on CPU, 0 on TPU / GPU
   m.attention_kernel = 'auto'  # 'auto' (splash on TPU, cudnn on GPU, blocked on CPU: by the mesh's devices), xla, blocked, cudnn, splash, splash_interpret
   m.residual = 'standard'  # residual-stream design: see depthscale.model.residual.DESIGNS
