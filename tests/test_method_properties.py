@@ -3,7 +3,8 @@ nonzero gate, LayerRoPE at a nonzero angle, nGPT's update equation, NormFormer's
 scale, QK-norm 'full' vs 'per_head', DeepScaleLM's lambda and beta at L > 2 and nGPT's s_qk,
 softmax scale, s_uv and s_z, each against a reference built from the block's own attention,
 MLP and norms, or in float64 numpy; Peri-LN / Sandwich-LN with LNS, DeepNorm with a GPAS
-gate and HybridNorm's FFN input with every gain off init."""
+gate and HybridNorm's FFN input with every gain off init; Sub-LN's and SimpleNorm's inner
+norms with their gains off init, in float64 numpy."""
 
 import math
 
@@ -179,25 +180,40 @@ def _rope64(x, base):
   return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
 
 
+def _qkv64(x64, p):
+  """q, k, v = x W_q, x W_k, x W_v per head, float64, from an attention's params p."""
+  wq, wkv = _f64(p['q'], p['kv'])
+  return [np.einsum('btd,dhe->bthe', x64, w) for w in (wq, wkv[:, 0], wkv[:, 1])]
+
+
+def _causal_attention64(q, k, v):
+  """Causal softmax(q k^T) v per head, float64; q carries the softmax scale."""
+  logits = np.einsum('bqhe,bkhe->bhqk', q, k)
+  t = q.shape[1]
+  logits = np.where(np.tril(np.ones((t, t), bool)), logits, -np.inf)
+  probs = np.exp(logits - logits.max(-1, keepdims=True))
+  probs /= probs.sum(-1, keepdims=True)
+  return np.einsum('bhqk,bkhe->bqhe', probs, v)
+
+
+def _out64(o, p):
+  """The output projection o W_O (o[B, T, H, E]), float64."""
+  return np.einsum('bqhe,hed->bqd', o, np.asarray(p['o'], np.float64))
+
+
 def test_ngpt_attention_uses_s_qk_on_unit_q_k_and_softmax_scale_sqrt_e():
   """softmax(sqrt(E) <s_qk Norm(q), s_qk Norm(k)>) after RoPE, causal, with the effective
   s_qk = theta sqrt(H E) (s_init 1, s_scale (H E)^-1/2); float64 reference."""
   model, params = _ngpt()
   p = _layer(params, 1)['attn']
   x = _x(10)
-  x64, wq, wkv, wo, theta = _f64(x, p['q'], p['kv'], p['o'], p['qk_scale'])
-  e = wq.shape[-1]
+  x64, theta = _f64(x, p['qk_scale'])
+  q, k, v = _qkv64(x64, p)
   s_qk = theta * math.sqrt(theta.size)
-  rope = lambda v: _rope64(v, model.cfg.rope_base)
-  q = _unit64(rope(np.einsum('btd,dhe->bthe', x64, wq))) * s_qk * math.sqrt(e)
-  k = _unit64(rope(np.einsum('btd,dhe->bthe', x64, wkv[:, 0]))) * s_qk
-  v = np.einsum('btd,dhe->bthe', x64, wkv[:, 1])
-  logits = np.einsum('bqhe,bkhe->bhqk', q, k)
-  t = x.shape[1]
-  logits = np.where(np.tril(np.ones((t, t), bool)), logits, -np.inf)
-  probs = np.exp(logits - logits.max(-1, keepdims=True))
-  probs /= probs.sum(-1, keepdims=True)
-  ref = np.einsum('bhqk,bkhe,hed->bqd', probs, v, wo)
+  rope = lambda u: _rope64(u, model.cfg.rope_base)
+  q = _unit64(rope(q)) * s_qk * math.sqrt(q.shape[-1])
+  k = _unit64(rope(k)) * s_qk
+  ref = _out64(_causal_attention64(q, k, v), p)
   np.testing.assert_allclose(Attention(model.cfg).apply({'params': p}, x), ref, rtol=1e-4,
                              atol=1e-5)
 
@@ -257,3 +273,59 @@ def test_placement_block_off_init_follows_its_equation(block):
   for name in ('attn', 'mlp'):
     ref = _placement_sublayer(block, model, p, name, ref, l)
   np.testing.assert_allclose(run_block(model, params, x, l), ref, rtol=1e-5, atol=1e-5)
+
+
+def _norm64(p, v, heads=False):
+  """LayerNorm (p has a bias) or RMSNorm over the last axis with p's gain, float64; heads:
+  over the concatenated heads of v[B, T, H, E] (width H*E)."""
+  if heads:
+    return _norm64(p, np.reshape(v, (*v.shape[:2], -1))).reshape(v.shape)
+  v = np.asarray(v, np.float64)
+  if 'bias' in p:
+    v = v - v.mean(-1, keepdims=True)
+  gain, bias = _f64(p['scale'], p.get('bias', 0.0))
+  return _rms64(v, -1) * gain + bias
+
+
+def _inner_norm_block64(block, model, p, x):
+  """Block p on x by its equation, float64. Sub-LN: x + Attn(LN(x)) with LN over the
+  concatenated heads before W_O, then h + W_out LN_m(phi(W_in LN(h))). SimpleNorm: x + F(x)
+  with RMSNorm after every linear: q, k, v (over the full width), W_O, W_in (SwiGLU: gate
+  and up each) and W_out."""
+  sub_ln = block == 'sub_ln'
+  a, m = p['attn'], p['mlp']
+  simple = lambda q, name, v, heads=False: v if sub_ln else _norm64(q[name], v, heads)
+  sub = lambda q, v, heads=False: _norm64(q['inner_norm'], v, heads) if sub_ln else v
+  rope = lambda u: _rope64(u, model.cfg.rope_base)
+
+  def attn(h):
+    q, k, v = (simple(a, f'{n}_norm', u, True) for n, u in zip('qkv', _qkv64(h, a)))
+    o = _causal_attention64(rope(q) / math.sqrt(q.shape[-1]), rope(k), v)
+    return simple(a, 'o_norm', _out64(sub(a, o, True), a))
+
+  def mlp(h):
+    wi, wo = _f64(m['wi'], m['wo'])
+    if model.cfg.mlp == 'swiglu':
+      g, u = (simple(m, f'{n}_norm', h @ wi[:, i]) for i, n in enumerate(('gate', 'up')))
+      f = g / (1 + np.exp(-g)) * u
+    else:
+      u = simple(m, 'wi_norm', h @ wi)
+      f = 0.5 * u * (1 + np.tanh(math.sqrt(2 / math.pi) * (u + 0.044715 * u ** 3)))
+    return simple(m, 'wo_norm', sub(m, f) @ wo)
+
+  read = (lambda name, h: _norm64(p[f'{name}_norm'], h)) if sub_ln else (lambda name, h: h)
+  h = np.asarray(x, np.float64)
+  h = h + attn(read('attn', h))
+  return h + mlp(read('mlp', h))
+
+
+@pytest.mark.parametrize('block,mlp', [('sub_ln', 'gelu'), ('simple_norm', 'gelu'),
+                                       ('simple_norm', 'swiglu')])
+def test_inner_norm_block_off_init_follows_its_equation(block, mlp):
+  """Sub-LN's and SimpleNorm's block with every gain, bias and matrix perturbed, each inner
+  norm's gain in its place (float64 reference)."""
+  model, params = init(**{'model.block': block, 'model.mlp': mlp})
+  params = perturb(params, seed=6)
+  x, l = _x(14), 1
+  ref = _inner_norm_block64(block, model, _layer(params, l), x)
+  np.testing.assert_allclose(run_block(model, params, x, l), ref, rtol=1e-4, atol=1e-5)
