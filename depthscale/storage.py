@@ -11,6 +11,7 @@ schemes etils.epath gives to fsspec). One module, so that each store gets its ow
 from __future__ import annotations
 
 import contextlib
+import glob as glob_lib
 import hashlib
 import importlib
 import json
@@ -83,13 +84,16 @@ def listdir(path: PathLike) -> list[str]:
 
 
 def glob(pattern: PathLike) -> list[str]:
-  """Sorted paths matching a glob (`**` recurses), files and directories."""
+  """Sorted paths matching a glob, files and directories: locally glob.glob's (`**`
+  recurses, wildcards skip hidden names); in a bucket epath's (no `**`: one listing per
+  directory level would cost thousands of requests)."""
   pattern = os.fspath(pattern)
+  if not is_url(pattern):
+    return sorted(glob_lib.glob(os.path.expanduser(pattern), recursive=True))
   parts = pattern.split('/')
   wild = next((i for i, part in enumerate(parts) if any(c in part for c in '*?[')), len(parts))
-  base, rest = _path('/'.join(parts[:wild]) or '.'), '/'.join(parts[wild:])
-  matched = base.glob(rest) if rest else [base]
-  return sorted(os.fspath(p) for p in matched if p.exists())
+  base, rest = _path('/'.join(parts[:wild])), '/'.join(parts[wild:])
+  return sorted(os.fspath(p) for p in (base.glob(rest) if rest else [base]) if p.exists())
 
 
 def makedirs(path: PathLike) -> None:

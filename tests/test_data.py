@@ -17,6 +17,7 @@ from depthscale.data import documents
 from depthscale.data import grammar
 from depthscale.data import prepare
 from depthscale.data import sources
+from depthscale.data import text
 from depthscale.data import tokenizer
 from depthscale.data import vocab
 
@@ -352,3 +353,12 @@ def test_grain_worker_processes_give_the_same_batches_and_resume(shard_dir):
   resumed = data.train_iterator(cfg, seed=2)
   resumed.set_state(state)
   assert_same(take(resumed, 3), expected[3:])
+
+
+def test_text_globs_recurse_locally_and_skip_hidden_files(tmp_path):
+  """A local glob is glob.glob's: `**` reaches subdirectories, wildcards skip hidden names."""
+  (tmp_path / 'sub').mkdir()
+  for f in ('a.txt', '.hidden.txt', 'sub/b.txt', 'sub/.c.txt'):
+    (tmp_path / f).write_text('doc')
+  assert text.expand(f'{tmp_path}/**/*.txt') == [f'{tmp_path}/a.txt', f'{tmp_path}/sub/b.txt']
+  assert documents.expand(f'{tmp_path}/.*.txt') == [f'{tmp_path}/.hidden.txt']

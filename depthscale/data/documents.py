@@ -33,7 +33,7 @@ def _is_hf_dir(path: epath.Path) -> bool:
 
 
 def expand(pattern: str, field: str = 'data.source') -> list[str]:
-  """Sorted files matching a glob (`**` recurses; bucket paths too); a `datasets`
+  """Sorted files matching a glob (local: `**` recurses; bucket paths too); a `datasets`
   save_to_disk directory expands to its arrow files. Raises if nothing matches."""
   paths = []
   for p in map(epath.Path, storage.glob(pattern)):

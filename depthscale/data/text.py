@@ -12,7 +12,7 @@ from depthscale.errors import ConfigError
 
 
 def expand(pattern: str) -> list[str]:
-  """Sorted files matching a glob (`**` recurses; local or bucket); raises if there are
+  """Sorted files matching a glob (local: `**` recurses; or a bucket); raises if there are
   none."""
   paths = [p for p in storage.glob(pattern) if storage.isfile(p)]
   if not paths:

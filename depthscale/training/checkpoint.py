@@ -54,6 +54,8 @@ class Checkpointer:
 
   def check(self) -> None:
     """Raises WriteError if the background save failed (cheap: call it every step)."""
+    if self._step is None:  # no save started yet
+      return
     with self._saving():
       self._mngr.check_for_errors()
 

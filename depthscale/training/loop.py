@@ -83,11 +83,12 @@ class _Logs:
       if r['step'] == resume_step:
         self.tb.scalars(resume_step, {k: v for k, v in r.items() if k != 'step'})
     self.flushed = time.monotonic()
+    self.files = (self.tb, self.layers, self.train, self.analysis, self.eval)
 
   def flush(self, step: int) -> None:
     """Every log up to date in its store (a bucket object is rewritten once per flush)."""
     try:
-      for f in (self.tb, self.layers, self.train, self.analysis, self.eval):
+      for f in self.files:
         f.flush()
     except WriteError as e:
       raise WriteError(f'logs at step {step}: {e}') from e
@@ -95,7 +96,7 @@ class _Logs:
 
   def close(self) -> None:
     self.flush_analysis()
-    for f in (self.tb, self.layers, self.train, self.analysis, self.eval):
+    for f in self.files:
       f.close()
 
   def log_train(self, step: int, scalars: dict, layers: dict | None) -> None:
