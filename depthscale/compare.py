@@ -2,7 +2,9 @@
 
 Prints the rung table (final eval loss, params, tokens/s, effective depths) and writes
 loss_vs_depth.png (final eval loss vs L, one line per variant) and profiles.png
-(per-layer metrics at the final step vs l/L, one line per rung).
+(per-layer metrics at the final step vs l/L, one line per rung), and the same figures as
+TensorBoard images `ladder/<name>` in an event file next to them (by default in DIR/compare:
+the run `compare` of `tensorboard --logdir DIR`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from depthscale.errors import ConfigError
 from depthscale.results import plots
 from depthscale.results.loader import Results, load
 from depthscale.results.report import COLUMNS, rung_row, table
+from depthscale.training.writers import TensorBoard
 
 DEPTH_FIELDS = ('model.num_layers', 'model.d_model', 'model.num_heads', 'model.d_ff',
                 'model.mlp_ratio')  # what a depth or width-depth sweep varies
@@ -49,8 +52,19 @@ def rows(res: Results) -> list[dict]:
   return out
 
 
+def tensorboard_images(logdir: str, pngs: list[str]) -> str:
+  """Writes the PNG files as TensorBoard images `ladder/<file name>` at step 0 to a new event
+  file in logdir, whose START at step 0 hides the images of an earlier call; its path."""
+  tb = TensorBoard(logdir)
+  for path in pngs:
+    tb.image(0, f'ladder/{storage.name(path).removesuffix(".png")}', storage.read_bytes(path))
+  tb.close()
+  return tb.path
+
+
 def compare(ladder_dir: str, out_dir: str | None = None) -> tuple[str, list[str]]:
-  """(table text, written PNG paths) for a ladder directory."""
+  """(table text, written paths: the PNGs, then their TensorBoard event file) for a ladder
+  directory."""
   res = load(ladder_dir)
   if res.summaries.empty:
     raise SystemExit(f'error: {ladder_dir} has no finished rung (no */summary.json)')
@@ -66,13 +80,14 @@ def compare(ladder_dir: str, out_dir: str | None = None) -> tuple[str, list[str]
   paths = [storage.join(out_dir, 'loss_vs_depth.png'), storage.join(out_dir, 'profiles.png')]
   plots.loss_vs_depth(curves, paths[0])
   plots.final_profiles({r: res.final_profile(r) for r in res.summaries.rung}, paths[1])
-  return table(rows(res), COLUMNS + ED_COLUMNS), paths
+  return table(rows(res), COLUMNS + ED_COLUMNS), paths + [tensorboard_images(out_dir, paths)]
 
 
 def main(argv: list[str] | None = None) -> None:
   parser = argparse.ArgumentParser(prog='python -m depthscale.compare', description=__doc__.splitlines()[0])
   parser.add_argument('ladder_dir', help='a ladder directory (one subdirectory per rung)')
-  parser.add_argument('--out', default=None, help='where the PNGs go (default LADDER_DIR/compare)')
+  parser.add_argument('--out', default=None,
+                      help='where the PNGs and their event file go (default LADDER_DIR/compare)')
   args = parser.parse_args(argv)
   try:
     storage.check_bucket(args.ladder_dir, 'ladder_dir')

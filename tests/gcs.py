@@ -31,7 +31,7 @@ def _binary() -> str:
   return str(path)
 
 
-def _free_port() -> int:
+def free_port() -> int:
   with socket.socket() as s:
     s.bind(('127.0.0.1', 0))
     return s.getsockname()[1]
@@ -41,7 +41,7 @@ class GcsServer:
   """One fake-gcs-server process serving the objects under root."""
 
   def __init__(self, root: str):
-    self.root, self.port = root, _free_port()
+    self.root, self.port = root, free_port()
     self.url = f'http://127.0.0.1:{self.port}'
     self.env = {'STORAGE_EMULATOR_HOST': self.url, 'GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT': 'false',
                 'TENSORSTORE_GCS_HTTP_URL': self.url, 'GOOGLE_AUTH_TOKEN_FOR_TESTING': 'test'}

@@ -96,14 +96,18 @@ def test_quickstart_rung_in_a_bucket_matches_a_local_workdir_and_reads_back(
                        capture_output=True, text=True, timeout=RUN_TIMEOUT, cwd=ROOT)
   assert res.returncode == 0, res.stderr[-3000:]
   assert RUNG in res.stdout and f'wrote {out}/profiles.png' in res.stdout
-  pngs = gcs.objects(bucket, 'compare/')
-  assert set(pngs) == {'compare/loss_vs_depth.png', 'compare/profiles.png'}
-  assert all(size > 1000 for size in pngs.values())
+  written = gcs.objects(bucket, 'compare/')
+  (events,) = [name for name in written if 'tfevents' in name]
+  assert set(written) == {'compare/loss_vs_depth.png', 'compare/profiles.png', events}
+  assert all(size > 1000 for size in written.values())
+  assert f'wrote gs://{bucket}/{events}' in res.stdout
 
   acc = {}
-  for name, logdir in (('bucket', rung), ('local', local_rung)):
+  for name, logdir in (('bucket', rung), ('local', local_rung), ('compare', out)):
     acc[name] = EventAccumulator(logdir, size_guidance={'scalars': 0, 'images': 0})
     acc[name].Reload()
+  assert [e.encoded_image_string for e in acc['compare'].Images('ladder/profiles')] == [
+      gcs.get(bucket, 'compare/profiles.png')]
   assert acc['bucket'].Tags()['scalars'] == acc['local'].Tags()['scalars']
   assert acc['bucket'].Tags()['images'] == acc['local'].Tags()['images'] != []
   assert ([(e.step, e.value) for e in acc['bucket'].Scalars('eval/loss')]

@@ -1,19 +1,33 @@
 """A 2-rung ladder: results.load round-trips its files, depthscale.compare prints the table
-and writes non-empty PNGs, and TensorBoard holds per-layer scalars, images and HParams."""
+and writes non-empty PNGs, and TensorBoard holds per-layer scalars, images and HParams; a
+real TensorBoard server shows the custom-scalars layout and the ladder's images."""
 
+import contextlib
 import glob
 import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.parse
+import urllib.request
 
 import matplotlib.image
 import numpy as np
 import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+from tensorboard.plugins.custom_scalar import layout_pb2
 
 from depthscale import compare
 from depthscale import results
-from depthscale.results import loader
-from depthscale.training.loop import train_rung
+from depthscale.results import loader, plots
+from depthscale.training import tb_layout
+from depthscale.training.loop import _Logs, train_rung
 from depthscale.storage import read_jsonl
+from tests.gcs import free_port
 from tests.helpers import tiny_config
 
 DEPTHS = (1, 2)
@@ -102,3 +116,111 @@ def test_tensorboard_layers_images_hparams(ladder):
           'images/heatmap/update_ratio', 'images/profile/logit_lens_kl',
           'effective_depth/cos', 'train/param_norm'} <= tags
   assert 'hparams' in plugins
+
+
+@contextlib.contextmanager
+def tensorboard_server(logdir: str, timeout_s: float = 60.0):
+  """`python -m tensorboard.main` on a free port of 127.0.0.1, which reads the event files
+  once before it answers; yields get(route, **query) -> the answer's bytes."""
+  url = f'http://127.0.0.1:{free_port()}'
+  with tempfile.TemporaryFile() as log:
+    proc = subprocess.Popen([sys.executable, '-m', 'tensorboard.main', f'--logdir={logdir}',
+                             '--host=127.0.0.1', f'--port={url.rsplit(":", 1)[1]}',
+                             '--load_fast=false', '--reload_interval=0', '--reload_task=blocking'],
+                            stdout=log, stderr=log)
+
+    def get(route: str, **query) -> bytes:
+      with urllib.request.urlopen(f'{url}{route}?{urllib.parse.urlencode(query)}', timeout=10) as r:
+        return r.read()
+
+    try:
+      deadline = time.monotonic() + timeout_s
+      while True:
+        try:
+          get('/data/runs')
+          break
+        except OSError:
+          if proc.poll() is not None or time.monotonic() > deadline:
+            log.seek(0)
+            raise RuntimeError(f'tensorboard did not answer on {url}: {log.read()[-2000:]}')
+          time.sleep(0.2)
+      yield get
+    finally:
+      proc.kill()
+      proc.wait()
+
+
+def test_tensorboard_server_shows_layout_and_ladder_images(ladder):
+  for _ in range(2):  # the second call's event file hides the first's images
+    _, written = compare.compare(str(ladder))
+  with tensorboard_server(str(ladder)) as get:
+    get_json = lambda route, **query: json.loads(get(route, **query))
+    images = get_json('/data/plugin/images/tags')
+    layout = get_json('/data/plugin/custom_scalars/layout')
+    scalar_tags = get_json('/data/plugin/scalars/tags')
+    charts = {c['title']: c['multiline']['tag'] for cat in layout['category']
+              for c in cat['chart']}
+    ladder_images = {t: get_json('/data/plugin/images/images', run='compare', tag=t)
+                     for t in images['compare']}
+    served = {t: [get('/data/plugin/images/individualImage',
+                      **dict(urllib.parse.parse_qsl(e['query']))) for e in v]
+              for t, v in ladder_images.items()}
+    l2_regex_tags = {m: set(get_json('/data/plugin/custom_scalars/scalars', run='L2',
+                                     tag=regexes[0])['tag_to_events'])
+                     for m, regexes in charts.items()}
+
+  # one chart per per-layer metric of the logs, holding exactly that metric's layer tags
+  metrics = {k for r in read_jsonl(ladder / 'L2' / 'layer_metrics.jsonl') for k in r} - {'step'}
+  assert sum(len(cat['chart']) for cat in layout['category']) == len(charts) == len(metrics)
+  assert set(charts) == metrics and {'act_rms', 'skip_delta_loss', 'param_rotation'} <= metrics
+  for rung, depth in (('L1', 1), ('L2', 2)):
+    for m, regexes in charts.items():
+      assert {t for t in scalar_tags[rung] if any(re.match(r, t) for r in regexes)} == {
+          f'layers/{m}/{l:04d}' for l in range(1, depth + 1)}, (rung, m)
+  assert all(tags == {f'layers/{m}/0001', f'layers/{m}/0002'} for m, tags in l2_regex_tags.items())
+
+  assert {'images/heatmap/update_ratio', 'images/profile/skip_delta_loss'} <= set(images['L2'])
+  assert set(images['compare']) == {'ladder/loss_vs_depth', 'ladder/profiles'}
+  assert [[e['step'] for e in v] for v in ladder_images.values()] == [[0], [0]]
+  assert len(glob.glob(str(ladder / 'compare' / 'events.out.tfevents.*'))) >= 2
+  assert [os.path.basename(p) for p in written[:2]] == ['loss_vs_depth.png', 'profiles.png']
+  assert served == {f'ladder/{os.path.basename(p)[:-4]}': [open(p, 'rb').read()]
+                    for p in written[:2]}
+  assert os.path.dirname(written[2]) == str(ladder / 'compare') and 'tfevents' in written[2]
+
+
+def test_layout_grows_with_the_metrics_the_records_bring(tmp_path):
+  logs = _Logs(str(tmp_path), 0, [0, 2])  # 3 layers, TensorBoard shows layers 1 and 3
+  logs.log_train(1, {'train/loss': 1.0}, {'act_rms': [1.0, 2.0, 3.0]})
+  logs.log_analysis(2, {'skip_delta_loss': [0.1, 0.2, 0.3], 'my_metric': [0, 0, 1]}, {})
+  logs.log_train(2, {'train/loss': 0.5}, {'act_rms': [1.0, 2.0, 3.0]})
+  logs.close()
+  acc = EventAccumulator(str(tmp_path), size_guidance={'tensors': 0})
+  acc.Reload()
+  layouts = [layout_pb2.Layout.FromString(e.tensor_proto.string_val[0])
+             for e in acc.Tensors('custom_scalars__config__')]
+  charts = [{c.title: (cat.title, list(c.multiline.tag)) for cat in l.category for c in cat.chart}
+            for l in layouts]
+  assert [e.step for e in acc.Tensors('custom_scalars__config__')] == [1, 2]
+  assert charts == [{'act_rms': ('layers: activations', [tb_layout.layer_regex('act_rms')])},
+                    {'act_rms': ('layers: activations', [tb_layout.layer_regex('act_rms')]),
+                     'skip_delta_loss': ('layers: depth use (analyses)',
+                                         [tb_layout.layer_regex('skip_delta_loss')]),
+                     'my_metric': ('layers: other', [tb_layout.layer_regex('my_metric')])}]
+  shown = [t for t in acc.Tags()['scalars'] if t.startswith('layers/')]
+  assert sorted(shown) == ['layers/act_rms/0001', 'layers/act_rms/0003', 'layers/my_metric/0001',
+                           'layers/my_metric/0003', 'layers/skip_delta_loss/0001',
+                           'layers/skip_delta_loss/0003']
+
+
+@pytest.mark.parametrize('num_layers', [1, 2, 5, 64])
+def test_heatmap_labels_layers_by_integer_index(num_layers):
+  steps = [0, 10, 20]
+  fig = plots.heatmap('m', steps, np.random.default_rng(0).normal(size=(len(steps), num_layers)))
+  ax = fig.axes[0]
+  ticks = ax.get_yticks()
+  labels = [t.get_text() for t in ax.get_yticklabels()]
+  assert labels == [str(int(t)) for t in ticks] and np.all(ticks == np.round(ticks))
+  assert ticks[0] == 1 and ticks[-1] == num_layers and len(ticks) == min(num_layers, 8)
+  assert len(set(np.diff(ticks))) <= 2  # evenly spaced, up to rounding
+  assert ax.get_ylim() == (0.5, num_layers + 0.5)  # row l centered on tick l

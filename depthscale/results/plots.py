@@ -28,32 +28,33 @@ def save(fig, path: str, dpi: int = 80, **savefig_kwargs) -> None:
   storage.write_bytes(path, png_bytes(fig, dpi, **savefig_kwargs))
 
 
-def _png(fig) -> tuple[bytes, int, int]:
-  """(PNG bytes, height, width) of a figure."""
-  w, h = (int(v) for v in fig.get_size_inches() * 80)
-  return png_bytes(fig), h, w
-
-
 def relative_depth(num_layers: int) -> np.ndarray:
   """l / L for l = 1..L."""
   return np.arange(1, num_layers + 1) / num_layers
 
 
-def heatmap(metric: str, steps: list[int], values_SxL: np.ndarray) -> tuple[bytes, int, int]:
-  """Layer (y, block 1 at the bottom) x logged step (x) heatmap of one metric."""
+def layer_ticks(num_layers: int, most: int = 8) -> np.ndarray:
+  """At most `most` 1-based layer indices, evenly spaced, first and last included."""
+  return np.unique(np.linspace(1, num_layers, min(num_layers, most)).round().astype(int))
+
+
+def heatmap(metric: str, steps: list[int], values_SxL: np.ndarray) -> Figure:
+  """Layer (y, block 1 at the bottom, integer ticks) x logged step (x) heatmap of one metric."""
   fig = Figure(figsize=(5, 3.5))
   ax = fig.subplots()
   im = ax.imshow(np.asarray(values_SxL, float).T, aspect='auto', origin='lower', cmap='viridis',
                  extent=(-0.5, len(steps) - 0.5, 0.5, values_SxL.shape[1] + 0.5))
   ticks = np.unique(np.linspace(0, len(steps) - 1, min(len(steps), 6)).astype(int))
   ax.set_xticks(ticks, [str(steps[i]) for i in ticks])
+  layers = layer_ticks(values_SxL.shape[1])
+  ax.set_yticks(layers, [str(l) for l in layers])
   ax.set(xlabel='step', ylabel='layer', title=metric)
   fig.colorbar(im, ax=ax)
   fig.tight_layout()
-  return _png(fig)
+  return fig
 
 
-def profile(metric: str, steps: list[int], values_SxL: np.ndarray) -> tuple[bytes, int, int]:
+def profile(metric: str, steps: list[int], values_SxL: np.ndarray) -> Figure:
   """Metric vs relative depth l/L, one line per logged step (darker = later)."""
   fig = Figure(figsize=(5, 3.5))
   ax = fig.subplots()
@@ -65,7 +66,7 @@ def profile(metric: str, steps: list[int], values_SxL: np.ndarray) -> tuple[byte
   if len(steps) <= 8:
     ax.legend(fontsize=6)
   fig.tight_layout()
-  return _png(fig)
+  return fig
 
 
 def loss_vs_depth(curves: dict[str, tuple[list[int], list[float]]], path: str) -> None:

@@ -13,7 +13,7 @@ from depthscale import data, storage
 from depthscale.errors import WriteError
 from depthscale.model.transformer import make_model, param_counts
 from depthscale.results import plots
-from depthscale.training import distributed, host_memory, resume, sharding
+from depthscale.training import distributed, host_memory, resume, sharding, tb_layout
 from depthscale.training.analysis import Analyzer
 from depthscale.training.checkpoint import Checkpointer, abstract
 from depthscale.training.optim import make_optimizer, schedule
@@ -72,6 +72,7 @@ class _Logs:
   def __init__(self, workdir: str, resume_step: int, tb_layers: list[int]):
     self.tb = TensorBoard(workdir, resume_step)  # drops the points a killed run wrote past it
     self.tb_layers = tb_layers
+    self.charted: set[str] = set()  # per-layer metrics in this file's custom-scalars layout
     self.pending_analysis: tuple[int, dict] | None = None  # merged into that step's record
     self.layers = Jsonl(storage.join(workdir, 'layer_metrics.jsonl'), resume_step)
     self.train = Jsonl(storage.join(workdir, 'train_log.jsonl'), resume_step)
@@ -115,8 +116,11 @@ class _Logs:
     if self.pending_analysis and self.pending_analysis[0] < step:
       self.flush_analysis()  # an analysis at a step without a logging record: its own record
     self.layers.write({'step': step, **{k: [float(v) for v in vs] for k, vs in layers.items()}})
-    self.tb.scalars(step, {f'layers/{k}/{l + 1:04d}': vs[l]
+    self.tb.scalars(step, {tb_layout.layer_tag(k, l + 1): vs[l]
                            for k, vs in layers.items() for l in self.tb_layers})
+    if not set(layers) <= self.charted:  # the first record, the first analysis
+      self.charted |= set(layers)
+      self.tb.layout(step, tb_layout.layer_layout(self.charted))
 
   def log_analysis(self, step: int, layers: dict, scalars: dict) -> None:
     """Analyses of the parameters at `step`, held until that step's logging record."""
@@ -143,7 +147,7 @@ class _Logs:
     for metric, rows in by_metric.items():
       steps, values = [s for s, _ in rows], np.asarray([v for _, v in rows], float)
       for kind, draw in (('heatmap', plots.heatmap), ('profile', plots.profile)):
-        self.tb.image(step, f'images/{kind}/{metric}', *draw(metric, steps, values))
+        self.tb.image(step, f'images/{kind}/{metric}', plots.png_bytes(draw(metric, steps, values)))
 
   def log_eval(self, step: int, scalars: dict) -> None:
     self.eval.write({'step': step, **scalars})
