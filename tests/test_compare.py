@@ -173,6 +173,7 @@ def test_tensorboard_server_shows_layout_and_ladder_images(ladder):
   metrics = {k for r in read_jsonl(ladder / 'L2' / 'layer_metrics.jsonl') for k in r} - {'step'}
   assert sum(len(cat['chart']) for cat in layout['category']) == len(charts) == len(metrics)
   assert set(charts) == metrics and {'act_rms', 'skip_delta_loss', 'param_rotation'} <= metrics
+  assert 'layers: other' not in [cat['title'] for cat in layout['category']]  # all categorized
   for rung, depth in (('L1', 1), ('L2', 2)):
     for m, regexes in charts.items():
       assert {t for t in scalar_tags[rung] if any(re.match(r, t) for r in regexes)} == {
