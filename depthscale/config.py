@@ -53,7 +53,7 @@ def default_config() -> ConfigDict:
   m.position = 'rope'  # 'rope' or 'learned'
   m.rope_base = 10000.0  # RoPE frequency base
   m.mlp = 'gelu'  # 'gelu', 'relu', 'relu2' (squared ReLU; 2 matrices) or 'swiglu' (3 matrices)
-  m.mlp_taper = 'none'  # MLP width over depth at a fixed budget: 'none', 'cosine' (wide first), 'reverse'
+  m.mlp_taper = 'none'  # MLP widths over depth, fixed budget: 'none', 'cosine' (wide first), 'reverse'
   m.mlp_taper_ratio = 1.5  # taper: first block's width / d_ff (the last block's is 2 - ratio)
   m.tie_embeddings = True  # LM head shares the token embedding
   m.init_std = 0.02  # std of the normal init of every matrix

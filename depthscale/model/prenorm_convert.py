@@ -57,8 +57,8 @@ def _converted_config(cfg, norm: str):
 
 
 def to_pre_rmsnorm(cfg, params: dict):
-  """(config, params; jax or numpy arrays, kept so) of the Pre-RMSNorm model equal to the Pre-LN model (cfg, params):
-  every stream writer centered over D, the norms' gains and biases unchanged."""
+  """(config, params) of the Pre-RMSNorm model equal to the Pre-LN model (cfg, params; jax
+  or numpy arrays, kept so): every stream writer centered over D, norm gains and biases kept."""
   check_convertible(cfg)
   centered = _map_writers(params, lambda w: w - w.mean(axis=-1, keepdims=True))
   return _converted_config(cfg, 'rmsnorm'), centered
@@ -67,7 +67,6 @@ def to_pre_rmsnorm(cfg, params: dict):
 def to_pre_crmsnorm(cfg, params: dict):
   """(config, params) of the Pre-CRMSNorm model equal to the Pre-LN model (cfg, params): the
   centered writers with their discarded slot D-1 zeroed (the stream holds c = z[:D-1])."""
-  rms_cfg, centered = to_pre_rmsnorm(cfg, params)
-  del rms_cfg
+  _, centered = to_pre_rmsnorm(cfg, params)
   compressed = _map_writers(centered, lambda w: w * (np.arange(w.shape[-1]) < w.shape[-1] - 1))
   return _converted_config(cfg, 'crmsnorm'), compressed
