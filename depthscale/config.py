@@ -7,7 +7,7 @@ import ml_collections
 
 from depthscale import data
 from depthscale.errors import ConfigError
-from depthscale.model import inner_norms, norms, ops, parametrization, placements, residual
+from depthscale.model import inner_norms, norms, ops, parametrization, placements, residual, taper
 from depthscale.training import dynamics, sharding
 
 ConfigDict = ml_collections.ConfigDict
@@ -28,6 +28,7 @@ def default_config() -> ConfigDict:
   m.vocab_size = 256  # V
   m.norm = 'layernorm'  # norm function: see depthscale.model.norms.NORMS
   m.norm_eps = 1e-5  # epsilon inside the norm's sqrt
+  m.norm_bias = False  # rmsnorm / crmsnorm: a learnable bias after the gain, as LayerNorm has
   m.block = 'pre_ln'  # norm placement: see depthscale.model.placements.PLACEMENTS
   m.peri_embed_norm = False  # Peri-LN: norm the embedding output (AMBIGUOUS in the paper)
   m.mix_ln_alpha = 0.25  # Mix-LN: the first floor(alpha * L) blocks are Post-LN
@@ -51,7 +52,9 @@ def default_config() -> ConfigDict:
   m.bhyt_kappa = 10.0  # BHyT: kappa
   m.position = 'rope'  # 'rope' or 'learned'
   m.rope_base = 10000.0  # RoPE frequency base
-  m.mlp = 'gelu'  # 'gelu' (2 matrices) or 'swiglu' (3 matrices)
+  m.mlp = 'gelu'  # 'gelu', 'relu', 'relu2' (squared ReLU; 2 matrices) or 'swiglu' (3 matrices)
+  m.mlp_taper = 'none'  # MLP widths over depth, fixed budget: 'none', 'cosine' (wide first), 'reverse'
+  m.mlp_taper_ratio = 1.5  # taper: first block's width / d_ff (the last block's is 2 - ratio)
   m.tie_embeddings = True  # LM head shares the token embedding
   m.init_std = 0.02  # std of the normal init of every matrix
   m.init = 'normal'  # init scheme: see depthscale.model.parametrization.INITS
@@ -198,6 +201,11 @@ def check_norm_methods(m: ConfigDict) -> None:
     _fail('model.qk_norm', m.qk_norm, f"'none' with model.block={m.block} (it normalizes q, k itself)")
   if m.layer_rope and m.norm not in ('layernorm', 'rmsnorm'):
     _fail('model.layer_rope', m.layer_rope, 'True only with model.norm in layernorm, rmsnorm')
+  if m.norm_bias and m.norm not in ('rmsnorm', 'crmsnorm'):
+    _fail('model.norm_bias', m.norm_bias, 'True only with model.norm in rmsnorm, crmsnorm')
+  if m.norm == 'crmsnorm' and 'crmsnorm' not in row.modifiers:
+    _fail('model.norm', m.norm, "'crmsnorm' only with model.block in "
+          + ', '.join(placements.with_modifier('crmsnorm')) + ' (a stream no norm writes)')
 
 
 def _validate_params_dynamics(cfg: ConfigDict) -> None:
@@ -284,7 +292,8 @@ def validate(cfg: ConfigDict) -> None:
   check_choice('model.norm', m.norm, norms.NORMS)
   check_choice('model.position', m.position, ('rope', 'learned'))
   check_norm_methods(m)
-  check_choice('model.mlp', m.mlp, ('gelu', 'swiglu'))
+  check_choice('model.mlp', m.mlp, ops.MLPS)
+  taper.check(m)
   check_choice('model.dtype', m.dtype, ('float32', 'bfloat16', 'float16'))
   if m.remat != 'none' and not hasattr(jax.checkpoint_policies, m.remat):
     _fail('model.remat', m.remat, "'none' or a jax.checkpoint_policies name "

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from depthscale.model import inner_norms, norms, parametrization, placements, residual
+from depthscale.model import inner_norms, norms, ops, parametrization, placements, residual, taper
 from depthscale.training import dynamics
 from tests import helpers
 
@@ -19,6 +19,7 @@ TABLES = {
     'parametrization.INITS': parametrization.INITS,
     'dynamics.PRORES': dynamics.PRORES, 'dynamics.PRORES_VALUES': dynamics.PRORES_VALUES,
     'dynamics.LAYERSKIP_CURRICULA': dynamics.LAYERSKIP_CURRICULA,
+    'ops.MLPS': ops.MLPS, 'taper.TAPERS': taper.TAPERS,
 }
 MODULES = sorted(glob.glob(os.path.join(os.path.dirname(__file__), 'test_*.py')))
 

@@ -35,6 +35,16 @@ def _rms(x32, eps: float):
   return jnp.sqrt(jnp.square(x32).mean(-1, keepdims=True) + eps)
 
 
+def _affine(module: nn.Module, y, use_scale: bool, use_bias: bool, axis: str):
+  """g * y (+ b): gain g init 1, bias b init 0, each only when asked."""
+  d = y.shape[-1]
+  if use_scale:
+    y = y * _param(module, 'scale', nn.initializers.ones, d, axis)
+  if use_bias:
+    y = y + _param(module, 'bias', nn.initializers.zeros, d, axis)
+  return y
+
+
 class LayerNorm(nn.Module):
   """LN(x) = g * (x - mean) / sqrt(var + eps) + b; g starts at 1, b at 0."""
   eps: float = 1e-5
@@ -43,29 +53,44 @@ class LayerNorm(nn.Module):
 
   @nn.compact
   def __call__(self, x):
-    d = x.shape[-1]
-    x32 = x.astype(jnp.float32)
-    y = ops.standardize(x32, self.eps, True)
-    if self.use_scale:
-      y = y * _param(self, 'scale', nn.initializers.ones, d, self.axis)
-    y = y + _param(self, 'bias', nn.initializers.zeros, d, self.axis)
-    return y.astype(x.dtype)
+    y = ops.standardize(x.astype(jnp.float32), self.eps, True)
+    return _affine(self, y, self.use_scale, True, self.axis).astype(x.dtype)
 
 
 class RMSNorm(nn.Module):
-  """RMSNorm(x) = g * x / sqrt(mean(x^2) + eps); no bias, g starts at 1."""
+  """RMSNorm(x) = g * x / sqrt(mean(x^2) + eps) (+ b with model.norm_bias); g starts at 1."""
   eps: float = 1e-5
   axis: str = 'embed'
   use_scale: bool = True  # False: no gain (LayerRoPE supplies it)
+  use_bias: bool = False  # LayerNorm's bias b, init 0 (a Pre-LN model converted keeps its own)
 
   @nn.compact
   def __call__(self, x):
-    d = x.shape[-1]
-    x32 = x.astype(jnp.float32)
-    y = ops.standardize(x32, self.eps, False)
-    if self.use_scale:
-      y = y * _param(self, 'scale', nn.initializers.ones, d, self.axis)
-    return y.astype(x.dtype)
+    y = ops.standardize(x.astype(jnp.float32), self.eps, False)
+    return _affine(self, y, self.use_scale, self.use_bias, self.axis).astype(x.dtype)
+
+
+class CRMSNorm(nn.Module):
+  """CRMSNorm (Jiang et al. 2023, arXiv 2305.14858) on a stream holding the compressed
+  zero-mean vector: x[:D-1] = c stands for z = [c, -sum(c)] (mean 0), x[D-1] is ignored.
+
+  CRMSNorm(c) = c / sqrt((sum c_i^2 + (sum c_i)^2) / D + eps) = RMSNorm(z)[:D-1]; the output
+  is decompressed, g * [n, -sum(n)] (+ b), so the following matrices keep their D inputs (the
+  paper folds this into W[:D-1] - W[D-1], the same product). The D-wide stream keeps the
+  discarded slot: no compute is saved here (the paper saves 1/D).
+  """
+  eps: float = 1e-5
+  axis: str = 'embed'
+  use_bias: bool = False
+
+  @nn.compact
+  def __call__(self, x):
+    c = x[..., :-1].astype(jnp.float32)
+    total = c.sum(-1, keepdims=True)
+    r = jax.lax.rsqrt((jnp.square(c).sum(-1, keepdims=True) + jnp.square(total)) / x.shape[-1]
+                      + self.eps)
+    y = jnp.concatenate([c * r, -total * r], axis=-1)
+    return _affine(self, y, True, self.use_bias, self.axis).astype(x.dtype)
 
 
 class ScaleNorm(nn.Module):
@@ -156,8 +181,8 @@ class Identity(nn.Module):
     return x
 
 
-NORMS = {'layernorm': LayerNorm, 'rmsnorm': RMSNorm, 'scalenorm': ScaleNorm, 'dyt': DyT,
-         'derf': Derf, 'bhyt': BHyT, 'seednorm': SeeDNorm, 'none': Identity}
+NORMS = {'layernorm': LayerNorm, 'rmsnorm': RMSNorm, 'crmsnorm': CRMSNorm, 'scalenorm': ScaleNorm,
+         'dyt': DyT, 'derf': Derf, 'bhyt': BHyT, 'seednorm': SeeDNorm, 'none': Identity}
 POSITIONS = ('attn', 'mlp', 'final')
 EMBED_SCALED = ('dyt', 'derf')  # norm-free functions that scale the embedding by s0 = sqrt(D)
 
@@ -176,8 +201,13 @@ def make_norm(cfg, name: str, axis: str = 'embed', position: str = 'attn',
   BHyT's final norm stays RMSNorm (lambda_last = 0 in the authors' sweeps).
   """
   kind = 'rmsnorm' if cfg.norm == 'bhyt' and position == 'final' else cfg.norm
-  if kind in ('layernorm', 'rmsnorm'):
-    return NORMS[kind](eps=cfg.norm_eps, axis=axis, use_scale=use_scale, name=name)
+  if kind == 'layernorm':
+    return LayerNorm(eps=cfg.norm_eps, axis=axis, use_scale=use_scale, name=name)
+  if kind == 'rmsnorm':
+    return RMSNorm(eps=cfg.norm_eps, axis=axis, use_scale=use_scale, use_bias=cfg.norm_bias,
+                   name=name)
+  if kind == 'crmsnorm':
+    return CRMSNorm(eps=cfg.norm_eps, axis=axis, use_bias=cfg.norm_bias, name=name)
   if kind in ('scalenorm', 'seednorm'):
     return NORMS[kind](eps=cfg.norm_eps, axis=axis, name=name)
   if kind == 'bhyt':

@@ -41,6 +41,17 @@ def _gelu_jvp(primals, tangents):
   return 0.5 * u * (1.0 + t), slope * du
 
 
+def relu_squared(u):
+  """Squared ReLU, max(u, 0)^2 (So et al. 2021, Primer, arXiv 2109.08668)."""
+  r = jax.nn.relu(u)
+  return r * r
+
+
+# model.mlp -> the activation of a two-matrix MLP; 'swiglu' (three matrices) is gated.
+ACTIVATIONS = {'gelu': gelu_tanh, 'relu': jax.nn.relu, 'relu2': relu_squared}
+MLPS = (*ACTIVATIONS, 'swiglu')
+
+
 @jax.custom_vjp
 def matmul(x_NxI, w_IxO):
   """x @ w over the last axis of x, with the weight gradient computed as x^T g.

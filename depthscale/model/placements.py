@@ -38,8 +38,10 @@ class Sublayer:
 # Norms inside the sublayers a placement can switch on (depthscale.model.inner_norms).
 INNER = frozenset({'attn_out', 'mlp_mid', 'head_scale', 'qkv', 'linear', 'ngpt'})
 # Switches that compose with some placements only: model.gpas, model.ln_scaling,
-# model.layer_rope, model.parallel_block and model.init='deepscalelm'.
-MODIFIERS = frozenset({'gpas', 'ln_scaling', 'layer_rope', 'parallel_block', 'deepscalelm'})
+# model.layer_rope, model.parallel_block, model.init='deepscalelm' and model.norm='crmsnorm'
+# (a compressed zero-mean stream that no norm writes; the Pre-LN conversion's source).
+MODIFIERS = frozenset({'gpas', 'ln_scaling', 'layer_rope', 'parallel_block', 'deepscalelm',
+                       'crmsnorm'})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -191,7 +193,7 @@ def _keel_alpha(cfg) -> float:
 _PRE = frozenset({'gpas', 'ln_scaling'})
 PLACEMENTS: dict[str, Placement] = {
     'pre_ln': Placement(pre_ln, final_norm=True, modifiers=_PRE | {'layer_rope', 'parallel_block',
-                                                                   'deepscalelm'}),
+                                                                   'deepscalelm', 'crmsnorm'}),
     'post_ln': Placement(post_ln, final_norm=False, modifiers=frozenset({'gpas', 'deepscalelm'})),
     'peri_ln': Placement(peri_ln, final_norm=True, modifiers=_PRE),
     'sandwich_ln': Placement(peri_ln, final_norm=True, modifiers=_PRE),

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from depthscale.model import inner_norms, layer_rope, moda, ngpt, ops, residual
+from depthscale.model import inner_norms, layer_rope, moda, ngpt, ops, residual, taper
 from depthscale.model import parametrization as pz
 from depthscale.model.norms import EMBED_SCALED, l2_normalize, make_norm
 from depthscale.model.param_tree import EMBEDDING_PARAMS
@@ -24,8 +24,9 @@ from depthscale.model.placements import PLACEMENTS, layer_schedule, sublayer_fac
 from depthscale.model.stats import attention_entropy, block_stats
 
 def d_ff(cfg) -> int:
-  """MLP hidden width F."""
-  return cfg.d_ff or int(round(cfg.mlp_ratio * cfg.d_model))
+  """MLP hidden width F of every block's parameters (under model.mlp_taper the widest
+  block's; the others mask their extra units, see depthscale.model.taper)."""
+  return taper.param_width(cfg)
 
 
 def _dense_param(module: nn.Module, name: str, shape, axes, std):
@@ -106,7 +107,8 @@ class Attention(nn.Module):
 
 
 class Mlp(nn.Module):
-  """GELU (tanh form) or SwiGLU feed-forward network."""
+  """Feed-forward network: W_out act(W_in x), act from ops.ACTIVATIONS (model.mlp: GELU,
+  ReLU, squared ReLU), or SwiGLU; hidden units past the block's tapered width masked."""
   cfg: Any
 
   @nn.compact
@@ -125,8 +127,9 @@ class Mlp(nn.Module):
     else:
       wi = _dense_param(self, 'wi', (d, f), ('embed', 'mlp'), _std(cfg, 'up', d, f, index))
       pre_BxTxF = inner_norms.mlp_in(self, cfg, ops.matmul(x, wi.astype(dt)))
-      h_BxTxF = constrain(ops.gelu_tanh(pre_BxTxF), 'batch', None, 'mlp')
+      h_BxTxF = constrain(ops.ACTIVATIONS[cfg.mlp](pre_BxTxF), 'batch', None, 'mlp')
     wo = _dense_param(self, 'wo', (f, d), ('mlp', 'embed'), _std(cfg, 'down', f, d, index))
+    h_BxTxF = taper.mask_hidden(cfg, index, h_BxTxF)
     h_BxTxF = inner_norms.mlp_mid(self, cfg, h_BxTxF)
     return inner_norms.mlp_out(self, cfg, ops.matmul(h_BxTxF, wo.astype(dt)))
 

@@ -11,6 +11,7 @@ import numpy as np
 
 from depthscale import data, storage
 from depthscale.errors import WriteError
+from depthscale.model import taper
 from depthscale.model.transformer import make_model, param_counts
 from depthscale.results import plots
 from depthscale.training import distributed, host_memory, resume, sharding, tb_layout
@@ -217,7 +218,9 @@ class _Run:
     tx = make_optimizer(cfg)
     self.plan = sharding.make_plan(cfg, model, tx, init_state)
     self.state = self.plan.init(init_state, model, tx, t.seed, cfg.data.seq_len)
-    self.params, self.non_embedding_params = param_counts(self.state['params'])
+    total, non_embedding = param_counts(self.state['params'])
+    masked = taper.inactive_params(cfg.model)  # a tapered MLP counts its active units only
+    self.params, self.non_embedding_params = total - masked, non_embedding - masked
     # param_rotation's reference, on device (the train step donates the state's own buffers)
     init_blocks = jax.tree.map(lambda x: x.copy(), self.state['params']['blocks']
                                ) if cfg.metrics.analysis_every else None
