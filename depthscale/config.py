@@ -8,7 +8,7 @@ import ml_collections
 from depthscale import data
 from depthscale.errors import ConfigError
 from depthscale.model import inner_norms, norms, ops, parametrization, placements, residual, taper
-from depthscale.training import dynamics, sharding
+from depthscale.training import dynamics, optim, sharding
 
 ConfigDict = ml_collections.ConfigDict
 __all__ = ['ConfigDict', 'ConfigError', 'default_config', 'validate']
@@ -79,6 +79,7 @@ def default_config() -> ConfigDict:
   m.value_residual = 'none'  # 'none', 'resformer', 'svformer' or 'satformer'
   m.parallel_block = 'none'  # 'none', 'gptj' (one shared norm) or 'neox' (two norms)
   m.moda = False  # MoDA: each head also attends to the same token's K/V of every earlier layer
+  m.embed_projection = False  # OSP: learnable D x D projections after the embedding and before the head
 
   d = c.data = ConfigDict()
   d.source = 'mix'  # 'grammar', 'khop', 'mix', 'python_docs', 'text:GLOB', 'array_record:GLOB'
@@ -97,6 +98,7 @@ def default_config() -> ConfigDict:
   d.workers = 0  # grain worker processes reading records (0 = read in this process)
 
   o = c.optim = ConfigDict()
+  o.name = 'adamw'  # 'adamw', or 'muon': Muon on every matrix except embeddings and head, AdamW on the rest
   o.lr = 3e-3  # peak learning rate
   o.schedule = 'cosine'  # 'constant', 'cosine', 'linear', 'wsd'
   o.warmup_steps = 20  # linear warmup from 0
@@ -110,6 +112,9 @@ def default_config() -> ConfigDict:
   o.b1 = 0.9
   o.b2 = 0.95
   o.eps = 1e-8
+  o.muon_beta = 0.95  # Muon: Nesterov momentum decay
+  o.muon_ns_steps = 5  # Muon: Newton-Schulz iterations
+  o.muon_rms = 0.2  # Muon: update RMS per matrix (0.2 ~ AdamW's, so both share optim.lr)
   o.qk_slow_factor = 1.0  # LR factor c on W_Q, W_K of the upper layers early on (1 = off)
   o.qk_slow_from_layer = 0  # first (1-based) slowed layer (0 = num_layers // 2 + 1)
   o.qk_slow_steps = 0  # steps at factor c before the ramp
@@ -250,6 +255,25 @@ def _validate_params_dynamics(cfg: ConfigDict) -> None:
   if not 0 < o.llr_min <= o.llr_max:
     _fail('optim.llr_min', o.llr_min, f'a positive number <= optim.llr_max={o.llr_max}')
   check_positive(cfg, ['optim.llr_every'])
+  _validate_muon(cfg)
+
+
+def _validate_muon(cfg: ConfigDict) -> None:
+  """Optimizer choice, Muon's fields and the embedding projection."""
+  m, o = cfg.model, cfg.optim
+  check_choice('optim.name', o.name, optim.OPTIMIZERS)
+  check_choice('model.embed_projection', m.embed_projection, (False, True))
+  if not 0 <= o.muon_beta < 1:
+    _fail('optim.muon_beta', o.muon_beta, 'a number in [0, 1)')
+  if not isinstance(o.muon_ns_steps, int) or o.muon_ns_steps < 1:
+    _fail('optim.muon_ns_steps', o.muon_ns_steps, 'a positive integer')
+  check_positive(cfg, ['optim.muon_rms'])
+  if o.name == 'muon' and m.parametrization != 'standard':
+    _fail('optim.name', o.name, f"'adamw' with model.parametrization={m.parametrization} "
+          "(its LR and epsilon rules are derived for Adam)")
+  if m.embed_projection and placements.PLACEMENTS[m.block].unit_sphere:
+    _fail('model.embed_projection', m.embed_projection,
+          f'False with model.block={m.block} (its weights live on the unit sphere)')
   if not 0 <= o.llr_fraction <= 1:
     _fail('optim.llr_fraction', o.llr_fraction, 'a number in [0, 1]')
 

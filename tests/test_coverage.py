@@ -8,7 +8,7 @@ import os
 import pytest
 
 from depthscale.model import inner_norms, norms, ops, parametrization, placements, residual, taper
-from depthscale.training import dynamics
+from depthscale.training import dynamics, optim
 from tests import helpers
 
 TABLES = {
@@ -20,6 +20,7 @@ TABLES = {
     'dynamics.PRORES': dynamics.PRORES, 'dynamics.PRORES_VALUES': dynamics.PRORES_VALUES,
     'dynamics.LAYERSKIP_CURRICULA': dynamics.LAYERSKIP_CURRICULA,
     'ops.MLPS': ops.MLPS, 'taper.TAPERS': taper.TAPERS,
+    'optim.OPTIMIZERS': optim.OPTIMIZERS,
 }
 MODULES = sorted(glob.glob(os.path.join(os.path.dirname(__file__), 'test_*.py')))
 

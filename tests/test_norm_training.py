@@ -46,6 +46,8 @@ CASES = {
                  'model.mlp': 'relu2', 'model.mlp_taper': 'cosine'},
     'relu_norm_free': {'model.block': 'pre_ln', 'model.norm': 'none', 'model.mlp': 'relu',
                        'model.mlp_taper': 'reverse'},
+    'osp': {'model.block': 'pre_ln', 'model.norm': 'ss_rmsnorm', 'model.embed_projection': True,
+            'optim.name': 'muon', 'model.mlp': 'swiglu'},  # outlier-safe pre-training
 }
 STEPS = 20
 

@@ -93,6 +93,18 @@ class CRMSNorm(nn.Module):
     return _affine(self, y, True, self.use_bias, self.axis).astype(x.dtype)
 
 
+class SingleScaleRMSNorm(nn.Module):
+  """Single-Scale RMSNorm (Park et al. 2025, OSP): s * x / sqrt(mean(x^2) + eps) with one
+  learnable scalar s (init 1) instead of a per-channel gain, so no channel is amplified."""
+  eps: float = 1e-5
+  axis: str = 'embed'
+
+  @nn.compact
+  def __call__(self, x):
+    y = ops.standardize(x.astype(jnp.float32), self.eps, False) * _scalar(self, 'scale', 1.0)
+    return y.astype(x.dtype)
+
+
 class ScaleNorm(nn.Module):
   """ScaleNorm (Nguyen & Salazar 2019): g * x / max(||x||_2, eps); scalar g starts at sqrt(d)."""
   eps: float = 1e-5
@@ -182,7 +194,8 @@ class Identity(nn.Module):
 
 
 NORMS = {'layernorm': LayerNorm, 'rmsnorm': RMSNorm, 'crmsnorm': CRMSNorm, 'scalenorm': ScaleNorm,
-         'dyt': DyT, 'derf': Derf, 'bhyt': BHyT, 'seednorm': SeeDNorm, 'none': Identity}
+         'dyt': DyT, 'derf': Derf, 'bhyt': BHyT, 'seednorm': SeeDNorm, 'none': Identity,
+         'ss_rmsnorm': SingleScaleRMSNorm}
 POSITIONS = ('attn', 'mlp', 'final')
 EMBED_SCALED = ('dyt', 'derf')  # norm-free functions that scale the embedding by s0 = sqrt(D)
 
@@ -208,7 +221,7 @@ def make_norm(cfg, name: str, axis: str = 'embed', position: str = 'attn',
                    name=name)
   if kind == 'crmsnorm':
     return CRMSNorm(eps=cfg.norm_eps, axis=axis, use_bias=cfg.norm_bias, name=name)
-  if kind in ('scalenorm', 'seednorm'):
+  if kind in ('scalenorm', 'seednorm', 'ss_rmsnorm'):
     return NORMS[kind](eps=cfg.norm_eps, axis=axis, name=name)
   if kind == 'bhyt':
     return BHyT(alpha0=_alpha0(cfg, position), kappa=cfg.bhyt_kappa, axis=axis, name=name)

@@ -309,6 +309,10 @@ class Transformer(nn.Module):
       self.final_norm = make_norm(cfg, 'final_norm')
     if not cfg.tie_embeddings:
       self.head = _dense_param(self, 'head', (d, v), ('embed', 'vocab'), _std(cfg, 'head', d, v))
+    if cfg.embed_projection:  # OSP: learnable D x D maps after the embedding, before the head
+      ortho = nn.with_logical_partitioning(nn.initializers.orthogonal(), ('embed', None))
+      self.embed_proj = self.param('embed_proj', ortho, (d, d), jnp.float32)
+      self.head_proj = self.param('head_proj', ortho, (d, d), jnp.float32)
 
   def _table(self):
     """The token embedding; under FixNorm with unit rows."""
@@ -322,6 +326,8 @@ class Transformer(nn.Module):
       x_BxTxD = x_BxTxD * np.sqrt(cfg.d_model)
     if cfg.norm in EMBED_SCALED:
       x_BxTxD = x_BxTxD * self.embed_scale
+    if cfg.embed_projection:
+      x_BxTxD = jnp.einsum('btd,de->bte', x_BxTxD, self.embed_proj)
     if cfg.position == 'learned':
       x_BxTxD = x_BxTxD + self.pos_embedding[None, :tokens_BxT.shape[1]]
     if cfg.peri_embed_norm:
@@ -332,6 +338,8 @@ class Transformer(nn.Module):
     """Final norm (if any) and LM head, in float32."""
     if PLACEMENTS[self.cfg.block].final_norm:
       x_BxTxD = self.final_norm(x_BxTxD)
+    if self.cfg.embed_projection:
+      x_BxTxD = jnp.einsum('btd,de->bte', x_BxTxD, self.head_proj.astype(x_BxTxD.dtype))
     w_DxV = self._table().T if self.cfg.tie_embeddings else self.head
     dt = jnp.dtype(self.cfg.dtype)
     logits_BxTxV = jnp.einsum('btd,dv->btv', x_BxTxD.astype(dt), w_DxV.astype(dt))

@@ -1,5 +1,6 @@
-"""Optimizer: AdamW (optax) with warmup + schedule, global-norm clipping, a weight-decay mask
-and per-parameter LR, weight-decay and epsilon multipliers."""
+"""Optimizer: AdamW (optax), or Muon on the matrices and AdamW on the rest, with warmup +
+schedule, global-norm clipping, a weight-decay mask and per-parameter LR, weight-decay and
+epsilon multipliers."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ from depthscale.model import ngpt
 from depthscale.model import param_tree
 from depthscale.model.placements import PLACEMENTS
 from depthscale.model import parametrization as pz
-from depthscale.training import dynamics, llr
+from depthscale.training import dynamics, llr, muon
+
+OPTIMIZERS = ('adamw', 'muon')  # optim.name; muon: Muon on every matrix outside embeddings and head
 
 
 def schedule(cfg) -> optax.Schedule:
@@ -49,12 +52,16 @@ def _decays(cfg, path, leaf) -> bool:
 
 
 def _label(cfg, path, leaf) -> str:
-  """Adam group of a parameter: its parametrization group and whether it decays."""
+  """Optimizer group of a parameter: its parametrization group (Adam) and whether it
+  decays; under Muon every matrix is in 'muon/decay' (matrices always decay)."""
+  if cfg.optim.name == 'muon' and param_tree.param_kind(path, leaf) == 'matrix':
+    return 'muon/decay'
   return param_tree.param_group(path, leaf) + ('/decay' if _decays(cfg, path, leaf) else '')
 
 
-def _adam_groups(cfg) -> dict[str, optax.GradientTransformation]:
-  """Per group: Adam with the group's epsilon, then decoupled decay with its lambda."""
+def _groups(cfg) -> dict[str, optax.GradientTransformation]:
+  """Per group: Adam with the group's epsilon, then decoupled decay with its lambda; Muon's
+  matrices (only under the standard parametrization, validated) decay with optim.weight_decay."""
   o, m = cfg.optim, cfg.model
   out = {}
   for group in param_tree.GROUPS:
@@ -62,6 +69,8 @@ def _adam_groups(cfg) -> dict[str, optax.GradientTransformation]:
     out[group] = adam
     out[group + '/decay'] = optax.chain(
         adam, optax.add_decayed_weights(o.weight_decay * pz.wd_mult(m, group)))
+  if o.name == 'muon':
+    out['muon/decay'] = optax.chain(muon.muon(o), optax.add_decayed_weights(o.weight_decay))
   return out
 
 
@@ -98,12 +107,12 @@ def scale_by_multipliers(mult_fn: Callable) -> optax.GradientTransformation:
 
 
 def make_optimizer(cfg) -> optax.GradientTransformation:
-  """optax chain: clip by global norm; per group Adam (epsilon) and decoupled weight decay
-  (lambda); per-leaf LR multipliers (parametrization, Q/K slow-down, LLR); the schedule;
+  """optax chain: clip by global norm; per group Adam (epsilon) or Muon and decoupled weight
+  decay (lambda); per-leaf LR multipliers (parametrization, Q/K slow-down, LLR); the schedule;
   then nGPT's weight re-normalization."""
   o = cfg.optim
   parts = [optax.clip_by_global_norm(o.clip_norm)] if o.clip_norm else []
-  parts += [optax.multi_transform(_adam_groups(cfg), lambda params: jax.tree_util.tree_map_with_path(
+  parts += [optax.multi_transform(_groups(cfg), lambda params: jax.tree_util.tree_map_with_path(
                 lambda path, p: _label(cfg, path, p), params)),
             scale_by_multipliers(lambda step, params: lr_multipliers(cfg, step, params))]
   if o.llr:
