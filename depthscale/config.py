@@ -79,7 +79,7 @@ def default_config() -> ConfigDict:
   m.value_residual = 'none'  # 'none', 'resformer', 'svformer' or 'satformer'
   m.parallel_block = 'none'  # 'none', 'gptj' (one shared norm) or 'neox' (two norms)
   m.moda = False  # MoDA: each head also attends to the same token's K/V of every earlier layer
-  m.embed_projection = False  # OSP: learnable D x D projections after the embedding and before the head
+  m.embed_projection = False  # OSP: learnable D x D maps after the embedding and before the head
 
   d = c.data = ConfigDict()
   d.source = 'mix'  # 'grammar', 'khop', 'mix', 'python_docs', 'text:GLOB', 'array_record:GLOB'
@@ -98,7 +98,7 @@ def default_config() -> ConfigDict:
   d.workers = 0  # grain worker processes reading records (0 = read in this process)
 
   o = c.optim = ConfigDict()
-  o.name = 'adamw'  # 'adamw', or 'muon': Muon on every matrix except embeddings and head, AdamW on the rest
+  o.name = 'adamw'  # 'adamw'; 'muon': Muon on matrices but embeddings / head, AdamW on the rest
   o.lr = 3e-3  # peak learning rate
   o.schedule = 'cosine'  # 'constant', 'cosine', 'linear', 'wsd'
   o.warmup_steps = 20  # linear warmup from 0
@@ -255,6 +255,8 @@ def _validate_params_dynamics(cfg: ConfigDict) -> None:
   if not 0 < o.llr_min <= o.llr_max:
     _fail('optim.llr_min', o.llr_min, f'a positive number <= optim.llr_max={o.llr_max}')
   check_positive(cfg, ['optim.llr_every'])
+  if not 0 <= o.llr_fraction <= 1:
+    _fail('optim.llr_fraction', o.llr_fraction, 'a number in [0, 1]')
   _validate_muon(cfg)
 
 
@@ -274,8 +276,9 @@ def _validate_muon(cfg: ConfigDict) -> None:
   if m.embed_projection and placements.PLACEMENTS[m.block].unit_sphere:
     _fail('model.embed_projection', m.embed_projection,
           f'False with model.block={m.block} (its weights live on the unit sphere)')
-  if not 0 <= o.llr_fraction <= 1:
-    _fail('optim.llr_fraction', o.llr_fraction, 'a number in [0, 1]')
+  if o.name == 'muon' and m.mlp_taper != 'none':
+    _fail('optim.name', o.name, f"'adamw' with model.mlp_taper={m.mlp_taper} (Muon's update "
+          'scale would follow the padded MLP width, not each block\'s)')
 
 
 def validate_residual(m: ConfigDict) -> None:

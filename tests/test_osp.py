@@ -19,6 +19,7 @@ from tests.helpers import covers, init, perturb, small_config, tokens
 
 NS_COEFFS = (3.4445, -4.7750, 2.0315)  # optax's (and Keller Jordan's) quintic iteration
 LR, WD, STEPS = 0.01, 0.1, 3
+MATRICES = ('q', 'kv', 'o', 'wi', 'wo', 'embed_proj', 'head_proj')
 OSP = {'model.norm': 'ss_rmsnorm', 'model.embed_projection': True, 'model.mlp': 'swiglu',
        'model.tie_embeddings': False}
 
@@ -83,10 +84,11 @@ def _run(name: str):
     grads = jax.tree.unflatten(jax.tree.structure(params), [
         jax.random.normal(k, p.shape) for k, p in zip(keys, jax.tree.leaves(params))])
     updates, state = update(grads, state, params)
-    for (path, u), g in zip(jax.tree_util.tree_flatten_with_path(updates)[0], jax.tree.leaves(grads)):
+    flat_updates = jax.tree_util.tree_flatten_with_path(updates)[0]
+    for (path, u), g in zip(flat_updates, jax.tree.leaves(grads)):
       k, g = path_str(path), np.asarray(g, np.float64)
       leaf, p, (m, v) = k.split('/')[-1], flat[k], moments[k]
-      if name == 'muon' and leaf in ('q', 'kv', 'o', 'wi', 'wo', 'embed_proj', 'head_proj'):
+      if name == 'muon' and leaf in MATRICES:
         b = o.muon_beta  # Nesterov momentum with optax's bias corrections
         m[...] = b * m + (1 - b) * g
         nesterov = b * m / (1 - b ** (t + 1)) + (1 - b) * g / (1 - b ** t)
@@ -96,7 +98,7 @@ def _run(name: str):
         m[...] = o.b1 * m + (1 - o.b1) * g
         v[...] = o.b2 * v + (1 - o.b2) * g * g
         adam = (m / (1 - o.b1 ** t)) / (np.sqrt(v / (1 - o.b2 ** t)) + o.eps)
-        decays = leaf in ('q', 'kv', 'o', 'wi', 'wo', 'embed_proj', 'head_proj', 'embedding', 'head')
+        decays = leaf in MATRICES + ('embedding', 'head')
         ref = -LR * (adam + (WD * p if decays else 0.0))
       got[k].append(np.asarray(u, np.float64))
       want[k].append(ref)
@@ -115,7 +117,8 @@ def test_updates_match_the_float64_muon_and_adamw_references(name):
   assert len(got) == 12
   for k in got:
     for t, (g, w) in enumerate(zip(got[k], want[k])):
-      np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5 * np.abs(w).max(), err_msg=f'{k} step {t}')
+      np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5 * np.abs(w).max(),
+                                 err_msg=f'{k} step {t}')
 
 
 def test_muon_orthogonalizes_each_layer_not_the_stack():
@@ -153,8 +156,10 @@ def test_embedding_projection_is_e_at_p_in_and_head_reads_through_p_out():
   np.testing.assert_allclose(x, e[np.asarray(toks)] @ p_in, rtol=1e-5, atol=1e-5)
   logits = model.apply({'params': params}, x, method=Transformer.unembed)
   x64 = np.asarray(x, np.float64)
-  normed = x64 / np.sqrt(np.mean(x64 * x64, -1, keepdims=True) + 1e-5) * float(params['final_norm']['scale'])
-  ref = normed @ np.asarray(params['head_proj'], np.float64) @ np.asarray(params['head'], np.float64)
+  s = float(params['final_norm']['scale'])
+  normed = x64 / np.sqrt(np.mean(x64 * x64, -1, keepdims=True) + 1e-5) * s
+  p_out, head = (np.asarray(params[k], np.float64) for k in ('head_proj', 'head'))
+  ref = normed @ p_out @ head
   np.testing.assert_allclose(logits, ref, rtol=1e-4, atol=1e-4)
 
 
@@ -168,6 +173,8 @@ def test_embedding_projection_is_e_at_p_in_and_head_reads_through_p_out():
     ({'model.embed_projection': True, 'model.block': 'ngpt', 'model.mlp': 'swiglu',
       'model.tie_embeddings': False}, 'model.embed_projection=True is invalid: allowed False with'
      ' model.block=ngpt'),
+    ({'optim.name': 'muon', 'model.mlp_taper': 'cosine'}, "optim.name='muon' is invalid: allowed"
+     " 'adamw' with model.mlp_taper=cosine"),
 ])
 def test_bad_osp_settings_fail_in_one_line(overrides, message):
   with pytest.raises(ConfigError) as e:
