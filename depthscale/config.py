@@ -149,6 +149,12 @@ def default_config() -> ConfigDict:
   a.tb_layers = 64  # per-layer TensorBoard scalars for at most this many layers (evenly spaced subset)
   a.images = True  # at the end, TensorBoard images of the main metrics: layer x step heatmaps, l/L profiles
 
+  p = c.posthoc = ConfigDict()  # procedures on a trained model (depthscale.posthoc)
+  p.init_from = ''  # start from a finished rung's final parameters: its directory, or the name of a rung of the same ladder ('' = from scratch)
+  p.prune_layers = 0  # Gromov et al. 2024: drop the n consecutive blocks of init_from's model whose input and output streams are closest in angle, then fine-tune (heal)
+  p.remove_norms_every = 0  # Heimersheim 2024: steps between removing the norms one at a time (each then divides by its frozen mean input std; 0 = off)
+  p.remove_norms_start = 0  # step at which the first norm is removed
+
   s = c.mesh = ConfigDict()
   s.data = -1  # data-parallel axis size (-1 = the remaining devices)
   s.fsdp = 1  # parameter-sharding axis size
@@ -281,6 +287,31 @@ def _validate_muon(cfg: ConfigDict) -> None:
           'scale would follow the padded MLP width, not each block\'s)')
 
 
+def _validate_posthoc(cfg: ConfigDict) -> None:
+  """The posthoc section's own fields (init_from's rung is checked when the run starts)."""
+  p = cfg.posthoc
+  if not isinstance(p.prune_layers, int) or p.prune_layers < 0:
+    _fail('posthoc.prune_layers', p.prune_layers, 'a non-negative integer')
+  if p.prune_layers and not p.init_from:
+    _fail('posthoc.prune_layers', p.prune_layers, "0 unless posthoc.init_from names the rung to prune")
+  for f in ('remove_norms_every', 'remove_norms_start'):
+    if not isinstance(p[f], int) or p[f] < 0:
+      _fail(f'posthoc.{f}', p[f], 'a non-negative integer')
+  if p.remove_norms_every:
+    m, row = cfg.model, placements.PLACEMENTS[cfg.model.block]
+    if m.norm not in ('layernorm', 'rmsnorm'):
+      _fail('model.norm', m.norm, 'layernorm or rmsnorm with posthoc.remove_norms_every')
+    plain = (not row.inner and not row.normalizes_qk and not row.unit_sphere
+             and row.first_blocks is None and m.qk_norm == 'none' and not m.layer_rope
+             and m.residual == 'standard')
+    if not plain:
+      _fail('posthoc.remove_norms_every', p.remove_norms_every, '0 unless every norm is a block '
+            "or final norm (no inner, q/k or LayerRoPE norms, no Mix-LN, model.residual='standard')")
+    if cfg.optim.decay_norms:
+      _fail('optim.decay_norms', True, 'False with posthoc.remove_norms_every (the frozen '
+            'divisors must not decay)')
+
+
 def validate_residual(m: ConfigDict) -> None:
   """Checks the residual-design fields of the model config."""
   check_choice('model.residual', m.residual, residual.DESIGNS)
@@ -350,6 +381,7 @@ def validate(cfg: ConfigDict) -> None:
     _fail('metrics.analysis_batch_size', cfg.metrics.analysis_batch_size,
           f'1..data.batch_size={cfg.data.batch_size}')
   _validate_params_dynamics(cfg)
+  _validate_posthoc(cfg)
   for f in ('data', 'fsdp', 'tensor'):
     if cfg.mesh[f] == 0 or cfg.mesh[f] < -1:
       _fail(f'mesh.{f}', cfg.mesh[f], '-1 or a positive axis size')

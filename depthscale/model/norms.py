@@ -35,6 +35,20 @@ def _rms(x32, eps: float):
   return jnp.sqrt(jnp.square(x32).mean(-1, keepdims=True) + eps)
 
 
+def _standardize_or_fixed(module: nn.Module, x32, eps: float, center: bool):
+  """ops.standardize(x) or, once the module's frozen divisor c is set (c > 0; norm removal by
+  fine-tuning, Heimersheim 2024, depthscale.posthoc.ln_free), the linear (x - mean(x)) / c
+  (x / c without centering); c starts at 0, the live norm, and gets no gradient. The mean
+  over tokens of the input's sqrt(var + eps) is sown as 'input_std', the value c freezes."""
+  y = ops.standardize(x32, eps, center)
+  if not module.divisor:
+    return y
+  c = jax.lax.stop_gradient(_scalar(module, 'divisor', 0.0))
+  xc = x32 - x32.mean(-1, keepdims=True) if center else x32
+  module.sow('intermediates', 'input_std', jnp.mean(jnp.sqrt(jnp.mean(jnp.square(xc), -1) + eps)))
+  return jnp.where(c > 0, xc / jnp.where(c > 0, c, 1.0), y)
+
+
 def _affine(module: nn.Module, y, use_scale: bool, use_bias: bool, axis: str):
   """g * y (+ b): gain g init 1, bias b init 0, each only when asked."""
   d = y.shape[-1]
@@ -50,10 +64,11 @@ class LayerNorm(nn.Module):
   eps: float = 1e-5
   axis: str = 'embed'
   use_scale: bool = True  # False: no gain (LayerRoPE supplies it)
+  divisor: bool = False  # a frozen divisor c that replaces the std once set (norm removal)
 
   @nn.compact
   def __call__(self, x):
-    y = ops.standardize(x.astype(jnp.float32), self.eps, True)
+    y = _standardize_or_fixed(self, x.astype(jnp.float32), self.eps, True)
     return _affine(self, y, self.use_scale, True, self.axis).astype(x.dtype)
 
 
@@ -63,10 +78,11 @@ class RMSNorm(nn.Module):
   axis: str = 'embed'
   use_scale: bool = True  # False: no gain (LayerRoPE supplies it)
   use_bias: bool = False  # LayerNorm's bias b, init 0 (a Pre-LN model converted keeps its own)
+  divisor: bool = False  # a frozen divisor c that replaces the rms once set (norm removal)
 
   @nn.compact
   def __call__(self, x):
-    y = ops.standardize(x.astype(jnp.float32), self.eps, False)
+    y = _standardize_or_fixed(self, x.astype(jnp.float32), self.eps, False)
     return _affine(self, y, self.use_scale, self.use_bias, self.axis).astype(x.dtype)
 
 
@@ -214,11 +230,12 @@ def make_norm(cfg, name: str, axis: str = 'embed', position: str = 'attn',
   BHyT's final norm stays RMSNorm (lambda_last = 0 in the authors' sweeps).
   """
   kind = 'rmsnorm' if cfg.norm == 'bhyt' and position == 'final' else cfg.norm
+  divisor = cfg.get('norm_divisors', False)  # norm removal (depthscale.posthoc.ln_free)
   if kind == 'layernorm':
-    return LayerNorm(eps=cfg.norm_eps, axis=axis, use_scale=use_scale, name=name)
+    return LayerNorm(eps=cfg.norm_eps, axis=axis, use_scale=use_scale, name=name, divisor=divisor)
   if kind == 'rmsnorm':
     return RMSNorm(eps=cfg.norm_eps, axis=axis, use_scale=use_scale, use_bias=cfg.norm_bias,
-                   name=name)
+                   name=name, divisor=divisor)
   if kind == 'crmsnorm':
     return CRMSNorm(eps=cfg.norm_eps, axis=axis, use_bias=cfg.norm_bias, name=name)
   if kind in ('scalenorm', 'seednorm', 'ss_rmsnorm'):

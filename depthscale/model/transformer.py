@@ -399,7 +399,8 @@ CPU_UNROLL_MAX_LAYERS = 16  # model.unroll_max_layers = -1 on CPU
 
 
 def make_model(cfg, collect_stats: bool = False, platform: str | None = None) -> Transformer:
-  """Builds the model from a full config (model section + data.seq_len) for devices of
+  """Builds the model from a full config (model section, data.seq_len and whether norms get
+  a frozen divisor, posthoc.remove_norms_every > 0) for devices of
   `platform` (default: ops.platform_of(), the default devices). The platform resolves
   model.attention_kernel='auto' and model.unroll_max_layers=-1 (rolled except on CPU) and
   is kept as model.cfg.platform (sharding.make_plan checks it against the mesh)."""
@@ -408,6 +409,7 @@ def make_model(cfg, collect_stats: bool = False, platform: str | None = None) ->
   model_cfg.unlock()
   model_cfg.qk_norm_seq_len = model_cfg.qk_norm_seq_len or cfg.data.seq_len
   model_cfg.platform = platform
+  model_cfg.norm_divisors = cfg.posthoc.remove_norms_every > 0  # norm removal (posthoc.ln_free)
   if model_cfg.attention_kernel == 'auto':
     model_cfg.attention_kernel = ops.default_attention_kernel(platform)
   if model_cfg.unroll_max_layers == -1:
