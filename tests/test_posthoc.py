@@ -186,7 +186,8 @@ def test_a_removed_norm_divides_by_the_input_std_frozen_at_its_step(ladder):
   cfg = _cfg(**LN_FREE)
   model = make_model(cfg)
   _, source = _source(root)
-  fresh = nn.unbox(model.init(jax.random.PRNGKey(0), np.zeros((1, 16), np.int32))['params'])
+  fresh = nn.unbox(jax.jit(model.init)(jax.random.PRNGKey(0), np.zeros((1, 16), np.int32)))
+  fresh = fresh['params']
   state = {'params': init_from.overlay(fresh, source, 'L4')}
   remover = ln_free.Remover(cfg, model, state['params'])
   batch = data.eval_batches(cfg.data, 3, 1)[0]

@@ -97,9 +97,10 @@ def overlay(fresh, source, init_from: str, path: str = 'params'):
 def start(cfg, src_cfg, workdir: str, sharding, fresh) -> tuple[dict, dict]:
   """(start parameters, info): the source rung's final parameters with the
   posthoc.prune_layers blocks of least angular distance dropped, over the fresh parameters
-  `fresh` (see overlay), and the summary fields
-  posthoc_source_eval_loss, posthoc_start_eval_loss (before any fine-tuning) and, when
-  pruning, prune_first_block (1-based), prune_fraction and prune_distance."""
+  `fresh` (see overlay), and the summary fields posthoc_source_eval_loss and
+  posthoc_start_eval_loss (means over this run's eval batches, before any fine-tuning) and,
+  when pruning, prune_first_block (1-based), prune_fraction, prune_distance and
+  prune_distances (d(l, n) for every start l)."""
   rung = rung_dir(cfg.posthoc.init_from, workdir)
   src_model, model = make_model(src_cfg), make_model(cfg)
   params = restore_params(src_cfg, rung, sharding)

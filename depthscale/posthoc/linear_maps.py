@@ -21,7 +21,7 @@ import sys
 import jax
 import jax.numpy as jnp
 import numpy as np
-from absl import app, flags
+from absl import app, flags, logging
 
 from depthscale import data, storage
 from depthscale.errors import ConfigError, invalid
@@ -92,6 +92,7 @@ def main(argv: list[str]) -> None:
   if len(argv) > 1 or not (_SHALLOW.value and _DEEP.value):
     print('error: usage: --shallow=RUNG_DIR --deep=RUNG_DIR [--out=FILE.json]', file=sys.stderr)
     sys.exit(2)
+  logging.set_verbosity(logging.WARNING)  # orbax logs every restore at INFO
   try:
     if _OUT.value:
       storage.check_bucket(_OUT.value, '--out')
