@@ -224,6 +224,20 @@ def test_norm_free_fine_tune_ends_with_every_norm_a_fixed_linear_map(ladder):
   assert summary['final_eval_loss'] < summary['posthoc_source_eval_loss'] + 0.05
 
 
+def test_a_resumed_norm_removal_run_equals_the_straight_one(ladder):
+  """Killed at step 9 (4 norms removed, checkpoint at step 8) and rerun: the rung's own
+  checkpoint wins over init_from and the schedule goes on; the final losses equal the
+  straight run's."""
+  root, _ = ladder
+  cfg = _cfg(**{**LN_FREE, 'train.checkpoint_every': 4})
+  path = str(root / 'ln_free_resumed')
+  assert train_rung(cfg, path, stop_at_step=9)['status'] == 'stopped'
+  resumed = train_rung(cfg, path)
+  straight = storage.read_json(str(root / 'ln_free' / 'summary.json'))
+  for key in ('final_train_loss', 'final_eval_loss', 'norms_removed', 'posthoc_start_eval_loss'):
+    assert resumed[key] == straight[key], key
+
+
 def test_init_from_checks_name_the_field(ladder):
   root, _ = ladder
   def check(**overrides):
@@ -232,6 +246,8 @@ def test_init_from_checks_name_the_field(ladder):
     init_from.check(cfg, str(root / 'new'))
   with pytest.raises(ConfigError, match=r'^posthoc.init_from=.*finished rung'):
     check(**{'posthoc.init_from': 'missing'})
+  with pytest.raises(ConfigError, match=r'^--deep=.*finished rung'):
+    linear_maps.fit(str(root / 'L4'), str(root / 'missing'))
   with pytest.raises(ConfigError, match=r'^model.d_model=32 is invalid: allowed 16'):
     check(**{'posthoc.init_from': 'L4', 'model.d_model': 32})
   with pytest.raises(ConfigError, match=r'^model.num_layers=3 is invalid: allowed 2'):

@@ -29,13 +29,14 @@ def rung_dir(init_from: str, workdir: str) -> str:
   return storage.join(storage.parent(storage.absolute(workdir)), init_from)
 
 
-def read_config(rung: str) -> ConfigDict:
+def read_config(rung: str, field: str = 'posthoc.init_from') -> ConfigDict:
   """The finished rung's config: its config.json over the defaults (fields the code no
-  longer has are left out)."""
+  longer has are left out); `field` names the input in the error of an unfinished rung."""
   path = storage.join(rung, 'config.json')
   if not (storage.exists(path) and storage.exists(storage.join(rung, 'summary.json'))):
-    raise ConfigError(f'posthoc.init_from={rung!r} is invalid: allowed the directory (or ladder '
-                      'rung name) of a finished rung, holding config.json and summary.json')
+    raise ConfigError(f'{field}={rung!r} is invalid: allowed the directory of a finished rung, '
+                      'holding config.json and summary.json (or, for posthoc.init_from, the '
+                      'name of a rung of the same ladder)')
   c = default_config()
   known = flatten(c.to_dict())
   c.update_from_flattened_dict({k: v for k, v in flatten(storage.read_json(path)).items()

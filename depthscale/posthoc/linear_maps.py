@@ -61,7 +61,7 @@ def r2_matrix(x_fit_SxNxD, y_fit_RxNxE, x_test_SxMxD, y_test_RxMxE) -> jax.Array
 def fit(shallow: str, deep: str) -> dict:
   """{'shallow_depths': l/L, 'deep_depths': l'/L', 'r2': rows l, columns l',
   'best_deep_depth': per shallow layer the l'/L' of the highest R^2}."""
-  cfg, deep_cfg = init_from.read_config(shallow), init_from.read_config(deep)
+  cfg, deep_cfg = init_from.read_config(shallow, '--shallow'), init_from.read_config(deep, '--deep')
   if deep_cfg.data.to_dict() != cfg.data.to_dict() or deep_cfg.train.seed != cfg.train.seed:
     raise invalid('--deep', deep, f'a rung with the data config and seed of --shallow={shallow}')
   if cfg.data.eval_batches < 2:
