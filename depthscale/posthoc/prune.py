@@ -40,9 +40,10 @@ def check_prunable(src_cfg, cfg) -> None:
   if m.num_layers != src_cfg.model.num_layers - n:
     raise invalid('model.num_layers', m.num_layers, f'{src_cfg.model.num_layers - n}, the '
                   f'init_from model\'s {src_cfg.model.num_layers} minus posthoc.prune_layers={n}')
-  if (m.residual, m.value_residual, m.moda) != ('standard', 'none', False):
+  if (m.residual, m.value_residual, m.moda, m.mlp_taper) != ('standard', 'none', False, 'none'):
     raise invalid('posthoc.prune_layers', n, "0 unless model.residual='standard', "
-                  "model.value_residual='none' and model.moda=False (streams that span layers)")
+                  "model.value_residual='none', model.moda=False (streams that span layers) "
+                  "and model.mlp_taper='none' (widths set by the depth)")
   old, new = layer_schedule(src_cfg.model), layer_schedule(m)
   constant = all(np.ptp(np.asarray(old[k], np.float32)) == 0 and
                  np.asarray(old[k])[0] == np.asarray(new[k])[0] for k in old if k != 'index')
