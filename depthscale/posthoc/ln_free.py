@@ -20,8 +20,8 @@ import numpy as np
 from depthscale.errors import invalid
 from depthscale.model.param_tree import path_keys
 from depthscale.model.transformer import Transformer, make_model
-from depthscale.training.steps import init_state
 from depthscale.training.optim import make_optimizer
+from depthscale.training.steps import init_state
 
 Norm = tuple[tuple[str, ...], int | None]  # (key path of its divisor, 0-based layer or None)
 
