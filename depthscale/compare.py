@@ -70,7 +70,8 @@ def scaling_views(res: Results, out_dir: str,
     lines += [f'fits of final eval loss vs {against} ({LEVEL:.0%} intervals):']
     lines += ['  ' + f.describe().replace('\n', '\n  ') for f in fits]
     paths.append(storage.join(out_dir, f'loss_vs_{against}_fit.png'))
-    plots.save(plots.fits_figure(fits, scaling.AGAINST[against][1], f'loss vs {against}'), paths[-1])
+    _, name, base = scaling.AGAINST[against]
+    plots.save(plots.fits_figure(fits, name, f'loss vs {against}', base), paths[-1])
   paths.append(storage.join(out_dir, 'loss_vs_flops.png'))
   plots.save(plots.loss_vs_flops_figure(
       {v: (g.flops.tolist(), g.loss.tolist()) for v, g in pts.groupby('variant')}), paths[-1])
@@ -87,7 +88,8 @@ def scaling_views(res: Results, out_dir: str,
     for (v, l, d), h in g.groupby(['variant', 'L', 'D'], sort=True):
       std = h.loss.std(ddof=1) if len(h) > 1 else np.nan
       spread = f'{std:.2g}' if len(h) > 1 else 'n/a'
-      lines.append(f'  {v}  L={l}  D={d}  loss {h.loss.mean():.4f} ± {spread} ({len(h)} seeds)')
+      lines.append(f'  {v}  L={l}  D={d}  loss {h.loss.mean():.4f} ± {spread} '
+                   f'({len(h)} seed{"s" * (len(h) > 1)})')
       for c, value in zip(curves.setdefault(v, ([], [], [])), (l, h.loss.mean(), std)):
         c.append(value)
     panels.append((title, curves))

@@ -212,7 +212,8 @@ def test_tensorboard_server_shows_layout_and_ladder_images(ladder):
   assert all(tags == {f'layers/{m}/0001', f'layers/{m}/0002'} for m, tags in l2_regex_tags.items())
 
   assert {'images/heatmap/update_ratio', 'images/profile/skip_delta_loss'} <= set(images['L2'])
-  figures = ['loss_vs_depth', 'profiles', 'loss_vs_params_fit', 'loss_vs_depth_fit', 'loss_vs_flops']
+  figures = ['loss_vs_depth', 'profiles', 'loss_vs_params_fit', 'loss_vs_depth_fit',
+             'loss_vs_flops']
   assert set(images['compare']) == {f'ladder/{f}' for f in figures}  # no iso-FLOP group here
   assert [[e['step'] for e in v] for v in ladder_images.values()] == [[0]] * len(figures)
   assert len(glob.glob(str(ladder / 'compare' / 'events.out.tfevents.*'))) >= 2

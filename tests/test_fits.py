@@ -42,8 +42,10 @@ def test_plain_power_law_is_the_float64_log_log_regression():
   t = stats.t.ppf(0.975, len(X) - 2)
   assert fit.params['alpha'] == pytest.approx(-slope, rel=1e-9)
   assert fit.params['A'] == pytest.approx(np.exp(icpt), rel=1e-9)
-  assert fit.intervals['alpha'] == pytest.approx((-slope - t * se_slope, -slope + t * se_slope), rel=1e-7)
-  assert fit.intervals['A'] == pytest.approx(np.exp([icpt - t * se_icpt, icpt + t * se_icpt]), rel=1e-7)
+  assert fit.intervals['alpha'] == pytest.approx((-slope - t * se_slope, -slope + t * se_slope),
+                                                 rel=1e-7)
+  assert fit.intervals['A'] == pytest.approx(np.exp([icpt - t * se_icpt, icpt + t * se_icpt]),
+                                             rel=1e-7)
   assert all(_covers(fit, truth).values())
 
 
@@ -79,11 +81,13 @@ def test_degenerate_ladders_say_why_they_are_not_determined():
   flat = fits.fit_power_law(X, 3.0 + 0.01 * np.random.default_rng(5).standard_normal(8), 'flat')
   const = fits.fit_power_law(X[:4], np.full(4, 2.5), 'const')
   holes = fits.fit_power_law([1e5, 1e6, 1e7, 1e7], [3.0, np.nan, 2.8, np.inf], 'holes')
-  for fit in (two, flat, const, holes):
+  budget = fits.fit_power_law([394496, 395392, 397376], [2.5, 2.7, 2.9], 'budget')
+  for fit in (two, flat, const, holes, budget):
     assert not fit.determined and fit.describe().startswith(f'{fit.label}: not determined: ')
   assert 'too few points: 2 distinct x' in two.describe()
   assert 'flat curve' in flat.describe() and 'flat curve' in const.describe()
   assert 'too few points: 2' in holes.describe() and '2 rungs without a finite' in holes.describe()
+  assert 'x spans a factor of 1.01 only' in budget.describe()
   three = fits.fit_power_law(X[:3], _ladder_losses(X[:3], TRUTH, 0.0, 0))
   assert three.form == fits.PLAIN and '3 points: E not fitted' in three.notes[0]
 
@@ -126,6 +130,12 @@ def test_compare_and_results_show_fits_flops_and_isoflop_groups(tmp_path, capsys
   res = results.load(str(tmp_path))
   s = res.summaries.set_index('rung')
   assert s.loc['L8_s1', 'flops'] == 6 * 64000 * (12 * 8 * 64 ** 2 + 8 * 64 * 64)
+  pts = res.points().set_index('rung')
+  assert pts.loc['L8_s1'].to_dict() == {
+      'variant': 'block=pre_ln', 'seed': 1, 'L': 8, 'D': 64, 'params': 12 * 8 * 64 ** 2,
+      'tokens': 64000, 'flops': s.loc['L8_s1', 'flops'], 'loss': s.loc['L8_s1', 'final_eval_loss']}
+  with pytest.raises(ValueError, match="against='width': allowed"):
+    res.fit('width')
   by_depth = {f.label: f for f in res.fit('depth')}
   pre = by_depth['block=pre_ln, D=64: loss vs depth L']
   assert pre.form == fits.SATURATING and 'bootstrap' in pre.method
@@ -142,7 +152,8 @@ def test_compare_and_results_show_fits_flops_and_isoflop_groups(tmp_path, capsys
   assert float(row[-1]) == pytest.approx(s.loc['L8_s1', 'flops'], rel=5e-3)
   assert pre.describe().splitlines()[0] in out
   assert 'block=post_ln: loss vs non-embedding params N: not determined: too few points' in out
-  assert 'iso-FLOP group 1: ' in out and 'block=post_ln  L=32  D=32  loss 2.9000 ± n/a (1 seeds)' in out
+  assert 'iso-FLOP group 1: ' in out
+  assert 'block=post_ln  L=32  D=32  loss 2.9000 ± n/a (1 seed)' in out
   for name in ('loss_vs_params_fit', 'loss_vs_depth_fit', 'loss_vs_flops', 'isoflop'):
     img = matplotlib.image.imread(tmp_path / 'compare' / f'{name}.png')
     assert img.shape[0] > 100 and np.ptp(img[..., :3]) > 0.1
@@ -151,4 +162,5 @@ def test_compare_and_results_show_fits_flops_and_isoflop_groups(tmp_path, capsys
 def test_compare_rejects_a_negative_tolerance(tmp_path, capsys):
   with pytest.raises(SystemExit) as e:
     compare.main([str(tmp_path), '--isoflop_tolerance=-1'])
-  assert e.value.code == 2 and '--isoflop_tolerance=-1.0: allowed a number >= 0' in capsys.readouterr().err
+  assert e.value.code == 2
+  assert '--isoflop_tolerance=-1.0: allowed a number >= 0' in capsys.readouterr().err

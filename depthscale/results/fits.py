@@ -9,11 +9,12 @@ bootstrap over seeds (each point's seeds resampled, the fit repeated) when every
 >= 2 seeds, otherwise the fit's covariance s^2 (J^T J)^-1 with Student-t quantiles on n - p
 degrees of freedom.
 
-Order: fewer than 3 distinct x: not determined (too few points). The plain law is fitted; if
-its alpha interval holds 0 the curve is flat: not determined. With >= 4 points the saturating
-law replaces it when E is identified: the fit is off its bounds (0 <= E < lowest loss,
-0 < alpha < ALPHA_MAX), beats the plain law in the extra-sum-of-squares F test at 5%, and the
-interval of E lies inside (0, lowest loss); otherwise the plain law stays, with the reason.
+Order: fewer than 3 distinct x, or x spanning less than a factor MIN_SPAN: not determined.
+The plain law is fitted; if its alpha interval holds 0 the curve is flat: not determined.
+With >= 4 points the saturating law replaces it when E is identified: the fit is off its
+bounds (0 <= E < lowest loss, 0 < alpha < ALPHA_MAX), beats the plain law in the
+extra-sum-of-squares F test at 5%, and the interval of E lies inside (0, lowest loss);
+otherwise the plain law stays, with the reason.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ PLAIN = 'A x^-alpha'
 LEVEL = 0.95  # interval coverage
 RESAMPLES = 500  # bootstrap replicates
 ALPHA_MAX = 10.0  # the saturating fit's bound on alpha (alpha >= 0)
+MIN_SPAN = 2.0  # largest / smallest x below which a curve is no size scaling (a budget sweep)
 _PARAMS = {SATURATING: ('E', 'A', 'alpha'), PLAIN: ('A', 'alpha')}
 
 
@@ -140,7 +142,8 @@ def _covariance_intervals(form: str, sol, log_x0: float) -> dict[str, tuple[floa
   return {k: (float(a), float(b)) for k, a, b in zip(_PARAMS[form], lo, hi)}
 
 
-def _bootstrap_intervals(form: str, u, groups, theta, log_x0, seed: int) -> dict[str, tuple[float, float]]:
+def _bootstrap_intervals(form: str, u, groups, theta, log_x0,
+                         seed: int) -> dict[str, tuple[float, float]]:
   """Percentile intervals of the parameters refitted on seeds resampled within each point.
   Resampled deviations from the point's mean are scaled by sqrt(k / (k - 1)) (k seeds), so a
   resampled mean has the variance s^2 / k (the modified residuals of Davison & Hinkley 1997,
@@ -205,6 +208,10 @@ def fit_power_law(x, loss, label: str = '', seed: int = 0) -> Fit:
   if xs.size < 3:
     fit.notes.append(f'too few points: {xs.size} distinct x (the plain power law needs 3, '
                      'the saturating one 4)')
+    return fit
+  if xs[-1] / xs[0] < MIN_SPAN:
+    fit.notes.append(f'x spans a factor of {xs[-1] / xs[0]:.3g} only (at least {MIN_SPAN:g} '
+                     'needed): equal-size rungs, compare them at equal FLOPs instead')
     return fit
   if why := _estimate(fit, PLAIN, groups, seed):
     fit.notes.append(why)

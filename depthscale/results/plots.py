@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 
 import matplotlib
+import matplotlib.ticker
 from matplotlib.figure import Figure
 import numpy as np
 
@@ -109,9 +110,9 @@ def _errorbar(ax, x, mean, std, **kwargs) -> None:
               capsize=3, **kwargs)
 
 
-def fits_figure(fits, xlabel: str, title: str) -> Figure:
+def fits_figure(fits, xlabel: str, title: str, base: int = 10) -> Figure:
   """Final eval loss per point (mean +- std over seeds) and each determined fit's curve
-  (dashed), one color per results.fits.Fit, log x."""
+  (dashed), one color per results.fits.Fit, log x (to `base`)."""
   fig = Figure(figsize=(6, 4))
   ax = fig.subplots()
   for i, f in enumerate(fits):
@@ -120,7 +121,8 @@ def fits_figure(fits, xlabel: str, title: str) -> Figure:
     if f.determined:
       xx = np.geomspace(f.x.min(), f.x.max(), 100)
       ax.plot(xx, f.predict(xx), color=f'C{i % 10}', ls='--')
-  ax.set_xscale('log')
+  ax.set_xscale('log', base=base)
+  ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
   ax.set(xlabel=xlabel, ylabel='final eval loss', title=title)
   ax.legend(fontsize=6)
   fig.tight_layout()

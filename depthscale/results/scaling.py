@@ -11,7 +11,8 @@ from depthscale.results.flops import ISOFLOP_TOLERANCE, isoflop_groups, training
 DEPTH_FIELDS = ('model.num_layers', 'model.d_model', 'model.num_heads', 'model.d_ff',
                 'model.mlp_ratio')  # what a depth or width-depth sweep varies
 SEED_FIELDS = ('train.seed',)  # what repeats a rung
-AGAINST = {'params': ('params', 'non-embedding params N'), 'depth': ('L', 'depth L')}
+AGAINST = {'params': ('params', 'non-embedding params N', 10),  # column, name, log base of x
+           'depth': ('L', 'depth L', 2)}
 
 
 def variant_labels(configs: pd.DataFrame, ignore: tuple[str, ...] = DEPTH_FIELDS) -> dict[str, str]:
@@ -25,8 +26,9 @@ def variant_labels(configs: pd.DataFrame, ignore: tuple[str, ...] = DEPTH_FIELDS
 def rung_flops(configs: pd.DataFrame, summaries: pd.DataFrame) -> list[float]:
   """Training FLOPs of each summary's rung (flops.training_flops)."""
   cfg = configs.set_index('rung')
-  return [training_flops(s['non_embedding_params'], s['tokens'], cfg.loc[s.rung, 'model.num_layers'],
-                         cfg.loc[s.rung, 'data.seq_len'], cfg.loc[s.rung, 'model.d_model'])
+  return [training_flops(s['non_embedding_params'], s['tokens'],
+                         *(cfg.loc[s.rung, f] for f in ('model.num_layers', 'data.seq_len',
+                                                        'model.d_model')))
           for _, s in summaries.iterrows()]
 
 
@@ -49,7 +51,7 @@ def fit(pts: pd.DataFrame, against: str = 'params') -> list[Fit]:
   width D, vs depth ('depth'): fits.fit_power_law of each curve."""
   if against not in AGAINST:
     raise ValueError(f'against={against!r}: allowed {sorted(AGAINST)}')
-  column, name = AGAINST[against]
+  column, name, _ = AGAINST[against]
   keys = ['variant'] if against == 'params' else ['variant', 'D']
   out = []
   for key, g in pts.groupby(keys, sort=True):
@@ -61,5 +63,6 @@ def fit(pts: pd.DataFrame, against: str = 'params') -> list[Fit]:
 def isoflop(pts: pd.DataFrame, tolerance: float = ISOFLOP_TOLERANCE) -> list[pd.DataFrame]:
   """The groups of rungs whose training FLOPs agree within `tolerance` (flops.isoflop_groups)
   and that hold more than one depth: width against depth at equal compute."""
-  groups = [pts.iloc[i].sort_values(['variant', 'L']) for i in isoflop_groups(pts['flops'], tolerance)]
+  groups = [pts.iloc[i].sort_values(['variant', 'L'])
+            for i in isoflop_groups(pts['flops'], tolerance)]
   return [g for g in groups if g['L'].nunique() > 1]
