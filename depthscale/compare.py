@@ -1,10 +1,13 @@
 """Compare the rungs of a ladder: python -m depthscale.compare DIR [--out=DIR/compare].
 
-Prints the rung table (final eval loss, params, tokens/s, effective depths) and writes
-loss_vs_depth.png (final eval loss vs L, one line per variant) and profiles.png
-(per-layer metrics at the final step vs l/L, one line per rung), and the same figures as
-TensorBoard images `ladder/<name>` in an event file next to them (by default in DIR/compare:
-the run `compare` of `tensorboard --logdir DIR`).
+Prints the rung table (final eval loss, params, training FLOPs, tokens/s, effective depths)
+and writes loss_vs_depth.png (final eval loss vs L, one line per variant) and profiles.png
+(per-layer metrics at the final step vs l/L, one line per rung); then the power-law fits of
+final eval loss per variant with their intervals (loss_vs_params_fit.png,
+loss_vs_depth_fit.png), loss vs training FLOPs (loss_vs_flops.png) and the iso-FLOP groups
+(isoflop.png): docs/metrics.md. All of these figures also go as TensorBoard images
+`ladder/<name>` to an event file next to them (by default in DIR/compare: the run `compare`
+of `tensorboard --logdir DIR`).
 """
 
 from __future__ import annotations
@@ -13,27 +16,21 @@ import argparse
 import sys
 
 import ml_collections
-import pandas as pd
+import numpy as np
 
 from depthscale import storage
 from depthscale.errors import ConfigError
-from depthscale.results import plots
+from depthscale.results import plots, scaling
+from depthscale.results.fits import LEVEL
+from depthscale.results.flops import ISOFLOP_TOLERANCE
 from depthscale.results.loader import Results, load
 from depthscale.results.report import COLUMNS, rung_row, table
+from depthscale.results.scaling import variant_labels
 from depthscale.training.writers import TensorBoard
 
-DEPTH_FIELDS = ('model.num_layers', 'model.d_model', 'model.num_heads', 'model.d_ff',
-                'model.mlp_ratio')  # what a depth or width-depth sweep varies
 ED_COLUMNS = (('params', '{:,}'), ('ed_cos', '{:g}'), ('ed_kl', '{:g}'), ('ed_skip', '{:g}'),
               ('ed_skip/L', '{:.2f}'))
-
-
-def variant_labels(configs: pd.DataFrame) -> dict[str, str]:
-  """Rung -> variant: the config fields that differ across rungs, depth and width excluded."""
-  varying = [c for c in configs.columns if c != 'rung' and c not in DEPTH_FIELDS
-             and configs[c].astype(str).nunique() > 1]
-  return {row.rung: ','.join(f'{c.split(".")[-1]}={row[c]}' for c in varying) or 'all'
-          for _, row in configs.iterrows()}
+FLOPS_COLUMNS = (('flops', '{:.3g}'),)
 
 
 def rows(res: Results) -> list[dict]:
@@ -45,6 +42,7 @@ def rows(res: Results) -> list[dict]:
                                                'd_model': configs.loc[s.rung, 'model.d_model']}})
     row = rung_row(s.rung, cfg, s.to_dict())
     row['params'] = s['params']
+    row['flops'] = s['flops']
     for kind in ('cos', 'kl', 'skip'):
       row[f'ed_{kind}'] = s.get(f'final_effective_depth_{kind}')
     row['ed_skip/L'] = s.get('final_effective_depth_skip_ratio')
@@ -62,7 +60,46 @@ def tensorboard_images(logdir: str, pngs: list[str]) -> str:
   return tb.path
 
 
-def compare(ladder_dir: str, out_dir: str | None = None) -> tuple[str, list[str]]:
+def scaling_views(res: Results, out_dir: str,
+                  tolerance: float = ISOFLOP_TOLERANCE) -> tuple[str, list[str]]:
+  """(text, written PNG paths) of the power-law fits, loss vs training FLOPs and the iso-FLOP
+  groups of a loaded ladder."""
+  pts, lines, paths = res.points(), [], []
+  for against in scaling.AGAINST:
+    fits = scaling.fit(pts, against)
+    lines += [f'fits of final eval loss vs {against} ({LEVEL:.0%} intervals):']
+    lines += ['  ' + f.describe().replace('\n', '\n  ') for f in fits]
+    paths.append(storage.join(out_dir, f'loss_vs_{against}_fit.png'))
+    _, name, base = scaling.AGAINST[against]
+    plots.save(plots.fits_figure(fits, name, f'loss vs {against}', base), paths[-1])
+  paths.append(storage.join(out_dir, 'loss_vs_flops.png'))
+  plots.save(plots.loss_vs_flops_figure(
+      {v: (g.flops.tolist(), g.loss.tolist()) for v, g in pts.groupby('variant')}), paths[-1])
+  groups = scaling.isoflop(pts, tolerance)
+  if not groups:
+    lines.append(f'iso-FLOP: no rungs of different depths at equal training FLOPs '
+                 f'(within {tolerance:.0%})')
+    return '\n'.join(lines), paths
+  panels = []
+  for i, g in enumerate(groups, 1):
+    title = f'{g.flops.min():.3g}-{g.flops.max():.3g} FLOPs'
+    lines.append(f'iso-FLOP group {i}: {title} (spread {g.flops.max() / g.flops.min() - 1:.0%}):')
+    curves: dict[str, tuple[list, list, list]] = {}
+    for (v, l, d), h in g.groupby(['variant', 'L', 'D'], sort=True):
+      std = h.loss.std(ddof=1) if len(h) > 1 else np.nan
+      spread = f'{std:.2g}' if len(h) > 1 else 'n/a'
+      lines.append(f'  {v}  L={l}  D={d}  loss {h.loss.mean():.4f} ± {spread} '
+                   f'({len(h)} seed{"s" * (len(h) > 1)})')
+      for c, value in zip(curves.setdefault(v, ([], [], [])), (l, h.loss.mean(), std)):
+        c.append(value)
+    panels.append((title, curves))
+  paths.append(storage.join(out_dir, 'isoflop.png'))
+  plots.save(plots.isoflop_figure(panels), paths[-1])
+  return '\n'.join(lines), paths
+
+
+def compare(ladder_dir: str, out_dir: str | None = None,
+            tolerance: float = ISOFLOP_TOLERANCE) -> tuple[str, list[str]]:
   """(table text, written paths: the PNGs, then their TensorBoard event file) for a ladder
   directory."""
   res = load(ladder_dir)
@@ -80,7 +117,9 @@ def compare(ladder_dir: str, out_dir: str | None = None) -> tuple[str, list[str]
   paths = [storage.join(out_dir, 'loss_vs_depth.png'), storage.join(out_dir, 'profiles.png')]
   plots.loss_vs_depth(curves, paths[0])
   plots.final_profiles({r: res.final_profile(r) for r in res.summaries.rung}, paths[1])
-  return table(rows(res), COLUMNS + ED_COLUMNS), paths + [tensorboard_images(out_dir, paths)]
+  views, more = scaling_views(res, out_dir, tolerance)
+  text = table(rows(res), COLUMNS + ED_COLUMNS + FLOPS_COLUMNS) + '\n\n' + views
+  return text, paths + more + [tensorboard_images(out_dir, paths + more)]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -88,15 +127,20 @@ def main(argv: list[str] | None = None) -> None:
   parser.add_argument('ladder_dir', help='a ladder directory (one subdirectory per rung)')
   parser.add_argument('--out', default=None,
                       help='where the PNGs and their event file go (default LADDER_DIR/compare)')
+  parser.add_argument('--isoflop_tolerance', type=float, default=ISOFLOP_TOLERANCE,
+                      help='rungs whose training FLOPs agree within this fraction are compared '
+                           'at equal compute (default %(default)s)')
   args = parser.parse_args(argv)
   try:
     storage.check_bucket(args.ladder_dir, 'ladder_dir')
     storage.check_bucket(args.out or '', '--out')
   except ConfigError as e:
     parser.exit(2, f'error: {e}\n')
+  if not args.isoflop_tolerance >= 0:
+    parser.exit(2, f'error: --isoflop_tolerance={args.isoflop_tolerance}: allowed a number >= 0\n')
   if not storage.isdir(args.ladder_dir):
     parser.exit(2, f'error: ladder_dir={args.ladder_dir!r} is not a directory\n')
-  text, paths = compare(args.ladder_dir, args.out)
+  text, paths = compare(args.ladder_dir, args.out, args.isoflop_tolerance)
   print(text)
   for p in paths:
     print('wrote', p)

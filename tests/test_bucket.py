@@ -98,7 +98,9 @@ def test_quickstart_rung_in_a_bucket_matches_a_local_workdir_and_reads_back(
   assert RUNG in res.stdout and f'wrote {out}/profiles.png' in res.stdout
   written = gcs.objects(bucket, 'compare/')
   (events,) = [name for name in written if 'tfevents' in name]
-  assert set(written) == {'compare/loss_vs_depth.png', 'compare/profiles.png', events}
+  assert set(written) == {f'compare/{f}.png' for f in (
+      'loss_vs_depth', 'profiles', 'loss_vs_params_fit', 'loss_vs_depth_fit', 'loss_vs_flops')
+  } | {events}
   assert all(size > 1000 for size in written.values())
   assert f'wrote gs://{bucket}/{events}' in res.stdout
 

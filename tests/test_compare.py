@@ -14,8 +14,10 @@ import time
 import urllib.parse
 import urllib.request
 
+import jax
 import matplotlib.image
 import numpy as np
+import optax
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
@@ -23,9 +25,11 @@ from tensorboard.plugins.custom_scalar import layout_pb2
 
 from depthscale import compare
 from depthscale import results
+from depthscale.model.transformer import make_model
 from depthscale.results import loader, plots
 from depthscale.training import tb_layout
 from depthscale.training.loop import _Logs, train_rung
+from depthscale.training.steps import init_state
 from depthscale.storage import read_jsonl
 from tests.gcs import free_port
 from tests.helpers import tiny_config
@@ -33,17 +37,36 @@ from tests.helpers import tiny_config
 DEPTHS = (1, 2)
 
 
+def rung_config(depth):
+  return tiny_config(**{'model.num_layers': depth, 'model.d_model': 16, 'data.seq_len': 32,
+                        'data.batch_size': 2, 'metrics.analysis_batch_size': 2,
+                        'train.steps': 2, 'train.log_every': 1, 'train.eval_every': 2,
+                        'metrics.analysis_every': 1, 'metrics.images': depth == 2,
+                        'optim.warmup_steps': 0})
+
+
 @pytest.fixture(scope='module')
 def ladder(tmp_path_factory):
   root = tmp_path_factory.mktemp('ladder')
   for depth in DEPTHS:
-    cfg = tiny_config(**{'model.num_layers': depth, 'model.d_model': 16, 'data.seq_len': 32,
-                         'data.batch_size': 2, 'metrics.analysis_batch_size': 2,
-                         'train.steps': 2, 'train.log_every': 1, 'train.eval_every': 2,
-                         'metrics.analysis_every': 1, 'metrics.images': depth == 2,
-                         'optim.warmup_steps': 0})
-    train_rung(cfg, str(root / f'L{depth}'))
+    train_rung(rung_config(depth), str(root / f'L{depth}'))
   return root
+
+
+def test_flops_column_is_the_hand_count(ladder):
+  """6 N tokens + 6 L T D tokens with N counted by hand for d16 (4 D^2 attention, 2 D 4D MLP
+  and two LayerNorms of scale and bias per block, the final LayerNorm) and from the parameter
+  tree init_state builds (embedding left out)."""
+  d, t, tokens = 16, 32, 2 * 2 * 32  # D, T, steps * batch * T
+  s = results.load(str(ladder)).summaries.set_index('rung')
+  for depth in DEPTHS:
+    model = make_model(rung_config(depth))
+    params = jax.eval_shape(lambda m=model: init_state(m, optax.identity(), 0, t))
+    tree = sum(x.size for path, x in jax.tree_util.tree_flatten_with_path(params['params'])[0]
+               if path[0].key != 'embedding')
+    hand = depth * (4 * d * d + 2 * d * 4 * d + 4 * d) + 2 * d
+    assert tree == hand == s.loc[f'L{depth}', 'non_embedding_params']
+    assert s.loc[f'L{depth}', 'flops'] == 6 * hand * tokens + 6 * depth * t * d * tokens
 
 
 def test_loader_round_trips_the_ladder(ladder):
@@ -80,7 +103,8 @@ def test_compare_prints_table_and_writes_pngs(ladder, capsys):
   compare.main([str(ladder)])
   text = capsys.readouterr().out
   header = text.splitlines()[0].split()
-  assert header[0] == 'rung' and {'eval_loss', 'params', 'tokens/s', 'ed_kl', 'ed_skip'} <= set(header)
+  assert header[0] == 'rung' and {'eval_loss', 'params', 'tokens/s', 'ed_kl', 'ed_skip',
+                                  'flops'} <= set(header)
   assert [line.split()[0] for line in text.splitlines()[2:4]] == ['L1', 'L2']
   for line in text.splitlines()[2:4]:  # the values are the rung's summary, formatted
     cell = dict(zip(header, line.split()))
@@ -90,10 +114,17 @@ def test_compare_prints_table_and_writes_pngs(ladder, capsys):
     assert float(cell['train_loss']) == pytest.approx(s['final_train_loss'], abs=5e-5)
     assert int(cell['params'].replace(',', '')) == s['params']
     assert int(cell['non_emb_params'].replace(',', '')) == s['non_embedding_params']
+    assert float(cell['flops']) == pytest.approx(6 * s['tokens'] * (
+        s['non_embedding_params'] + int(cell['L']) * 32 * 16), rel=5e-3)
     for kind in ('kl', 'skip'):
       expect = s[f'final_effective_depth_{kind}']
       assert float(cell[f'ed_{kind}']) == pytest.approx(expect, rel=1e-5)
-  for name in ('loss_vs_depth.png', 'profiles.png'):
+  for where in ('images=False', 'images=True'):  # the rungs' variants, one rung each
+    for curve in (': loss vs non-embedding params N', ', D=16: loss vs depth L'):
+      assert f'{where}{curve}: not determined: too few points: 1 distinct x' in text
+  assert 'iso-FLOP: no rungs of different depths at equal training FLOPs (within 15%)' in text
+  for name in ('loss_vs_depth.png', 'profiles.png', 'loss_vs_params_fit.png',
+               'loss_vs_depth_fit.png', 'loss_vs_flops.png'):
     img = matplotlib.image.imread(ladder / 'compare' / name)
     assert img.shape[0] > 100 and img.shape[1] > 100
     assert np.ptp(img[..., :3]) > 0.1  # something is drawn
@@ -181,13 +212,15 @@ def test_tensorboard_server_shows_layout_and_ladder_images(ladder):
   assert all(tags == {f'layers/{m}/0001', f'layers/{m}/0002'} for m, tags in l2_regex_tags.items())
 
   assert {'images/heatmap/update_ratio', 'images/profile/skip_delta_loss'} <= set(images['L2'])
-  assert set(images['compare']) == {'ladder/loss_vs_depth', 'ladder/profiles'}
-  assert [[e['step'] for e in v] for v in ladder_images.values()] == [[0], [0]]
+  figures = ['loss_vs_depth', 'profiles', 'loss_vs_params_fit', 'loss_vs_depth_fit',
+             'loss_vs_flops']
+  assert set(images['compare']) == {f'ladder/{f}' for f in figures}  # no iso-FLOP group here
+  assert [[e['step'] for e in v] for v in ladder_images.values()] == [[0]] * len(figures)
   assert len(glob.glob(str(ladder / 'compare' / 'events.out.tfevents.*'))) >= 2
-  assert [os.path.basename(p) for p in written[:2]] == ['loss_vs_depth.png', 'profiles.png']
+  assert [os.path.basename(p) for p in written[:-1]] == [f'{f}.png' for f in figures]
   assert served == {f'ladder/{os.path.basename(p)[:-4]}': [open(p, 'rb').read()]
-                    for p in written[:2]}
-  assert os.path.dirname(written[2]) == str(ladder / 'compare') and 'tfevents' in written[2]
+                    for p in written[:-1]}
+  assert os.path.dirname(written[-1]) == str(ladder / 'compare') and 'tfevents' in written[-1]
 
 
 def test_layout_grows_with_the_metrics_the_records_bring(tmp_path):

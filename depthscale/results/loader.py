@@ -7,6 +7,9 @@ import pandas as pd
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from depthscale import storage
+from depthscale.results import scaling
+from depthscale.results.fits import Fit
+from depthscale.results.flops import ISOFLOP_TOLERANCE
 
 SCALAR_LOGS = ('train_log.jsonl', 'eval_log.jsonl', 'analysis_log.jsonl')
 
@@ -16,7 +19,8 @@ class Results:
   """The rungs of one ladder as DataFrames, each with a 'rung' column.
 
   configs: one row per rung, the config flattened to dotted columns ('model.num_layers').
-  summaries: one row per finished rung, the fields of summary.json.
+  summaries: one row per finished rung, the fields of summary.json and `flops`, its training
+    FLOPs (depthscale.results.flops.training_flops).
   layers: long format, one row per (rung, step, metric, layer), layer 1-based; analysis
     records share the 'step' of the training log they sit next to.
   scalars: long format, one row per (rung, step, tag) from the train, eval and analysis logs.
@@ -31,6 +35,20 @@ class Results:
     df = self.layers[self.layers.rung == rung]
     last = df[df.step == df.groupby('metric').step.transform('max')]
     return {m: g.sort_values('layer').value.tolist() for m, g in last.groupby('metric')}
+
+  def points(self) -> pd.DataFrame:
+    """One row per finished rung: rung, variant (seeds merged), seed, L, D, params, tokens,
+    flops, loss (final eval loss)."""
+    return scaling.points(self.configs, self.summaries)
+
+  def fit(self, against: str = 'params') -> list[Fit]:
+    """Power-law fits of final eval loss per variant, against 'params' (non-embedding) or
+    'depth' (per width); each Fit has params, intervals, predict(x), describe()."""
+    return scaling.fit(self.points(), against)
+
+  def isoflop(self, tolerance: float = ISOFLOP_TOLERANCE) -> list[pd.DataFrame]:
+    """Groups of points at equal training FLOPs (within tolerance) holding several depths."""
+    return scaling.isoflop(self.points(), tolerance)
 
 
 def flatten(d: dict, prefix: str = '') -> dict:
@@ -65,7 +83,9 @@ def load(ladder_dir: str) -> Results:
       scalars.extend({'rung': rung, 'step': r['step'], 'tag': k, 'value': v}
                      for r in storage.read_jsonl(path(log)) for k, v in r.items() if k != 'step')
   frame = lambda rows, cols: pd.DataFrame(rows, columns=None if rows else cols)
-  return Results(frame(configs, ['rung']), frame(summaries, ['rung']),
+  configs, summaries = frame(configs, ['rung']), frame(summaries, ['rung'])
+  summaries['flops'] = scaling.rung_flops(configs, summaries)
+  return Results(configs, summaries,
                  frame(layers, ['rung', 'step', 'metric', 'layer', 'value']),
                  frame(scalars, ['rung', 'step', 'tag', 'value']))
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 
 import matplotlib
+import matplotlib.ticker
 from matplotlib.figure import Figure
 import numpy as np
 
@@ -101,3 +102,57 @@ def final_profiles(profiles: dict[str, dict[str, list[float]]], path: str,
   axes.flat[0].legend(fontsize=6)
   fig.tight_layout()
   save(fig, path)
+
+
+def _errorbar(ax, x, mean, std, **kwargs) -> None:
+  """Points with std-over-seeds error bars (none where a point has one seed)."""
+  ax.errorbar(x, mean, yerr=np.nan_to_num(np.asarray(std, float)), marker='o', ls='none',
+              capsize=3, **kwargs)
+
+
+def fits_figure(fits, xlabel: str, title: str, base: int = 10) -> Figure:
+  """Final eval loss per point (mean +- std over seeds) and each determined fit's curve
+  (dashed), one color per results.fits.Fit, log x (to `base`)."""
+  fig = Figure(figsize=(6, 4))
+  ax = fig.subplots()
+  for i, f in enumerate(fits):
+    form = f.form or 'not determined'
+    _errorbar(ax, f.x, f.mean, f.std, color=f'C{i % 10}', label=f'{f.label.split(":")[0]}: {form}')
+    if f.determined:
+      xx = np.geomspace(f.x.min(), f.x.max(), 100)
+      ax.plot(xx, f.predict(xx), color=f'C{i % 10}', ls='--')
+  ax.set_xscale('log', base=base)
+  ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+  ax.set(xlabel=xlabel, ylabel='final eval loss', title=title)
+  ax.legend(fontsize=6)
+  fig.tight_layout()
+  return fig
+
+
+def loss_vs_flops_figure(curves: dict[str, tuple[list[float], list[float]]]) -> Figure:
+  """Final eval loss vs training FLOPs, every rung a point, one color per variant, log x."""
+  fig = Figure(figsize=(5.5, 3.8))
+  ax = fig.subplots()
+  for name, (flops, losses) in sorted(curves.items()):
+    ax.plot(flops, losses, marker='o', ls='none', label=name)
+  ax.set_xscale('log')
+  ax.set(xlabel='training FLOPs', ylabel='final eval loss', title='loss vs training compute')
+  ax.legend(fontsize=7)
+  fig.tight_layout()
+  return fig
+
+
+def isoflop_figure(groups: list[tuple[str, dict[str, tuple[list, list, list]]]]) -> Figure:
+  """Iso-FLOP panels (title, variant -> (depths, mean losses, stds)): loss vs depth at equal
+  training compute, one line per variant, log2 x."""
+  fig = Figure(figsize=(4.2 * len(groups), 3.6))
+  axes = fig.subplots(1, len(groups), squeeze=False)[0]
+  for ax, (title, curves) in zip(axes, groups):
+    for i, (name, (depths, means, stds)) in enumerate(sorted(curves.items())):
+      _errorbar(ax, depths, means, stds, color=f'C{i % 10}', label=name)
+      ax.plot(depths, means, color=f'C{i % 10}')
+    ax.set_xscale('log', base=2)
+    ax.set(xlabel='num_layers L (narrower to the right)', ylabel='final eval loss', title=title)
+    ax.legend(fontsize=6)
+  fig.tight_layout()
+  return fig
