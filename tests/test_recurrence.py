@@ -16,7 +16,7 @@ import pytest
 from depthscale import config
 from depthscale.errors import ConfigError
 from depthscale.model import recurrence
-from depthscale.model.transformer import Transformer, make_model
+from depthscale.model.transformer import Transformer, apply_unrolled, make_model
 from depthscale.storage import read_jsonl
 from depthscale.training import dryrun
 from depthscale.training.loop import train_rung
@@ -86,6 +86,22 @@ def test_k_loops_equal_the_numpy_block_applied_k_times(rank):
     assert np.max(np.abs(plain - expected)) > 1e-2
 
 
+@pytest.mark.parametrize('overrides', [
+    {'model.residual': 'hyper_connections', 'model.value_residual': 'satformer'},
+    {'model.residual': 'laurel', 'model.laurel': 'pa', 'model.remat': 'nothing_saveable'},
+    {'model.moda': True, 'model.block': 'mix_ln', 'model.unroll_max_layers': 0},
+], ids=['hc+satformer', 'laurel_pa+remat', 'moda+mix_ln+rolled'])
+def test_loop_scan_equals_the_python_loop_over_effective_blocks(overrides):
+  """The designs that compose: carry state (streams, V_1, LAuReL's window, MoDA's depth
+  stream) runs through the nested loop scan as through L untied blocks in a Python loop."""
+  model, params = init(**LOOPS, **{'model.loop_lora_rank': 2, **overrides})
+  params = perturb(params, seed=11, scale=0.1)
+  tokens = jax.random.randint(jax.random.PRNGKey(4), (2, 16), 0, 256)
+  scanned, _ = jax.jit(model.apply)({'params': params}, tokens)
+  unrolled = jax.jit(lambda p, t: apply_unrolled(model, p, t))(params, tokens)
+  np.testing.assert_allclose(scanned, unrolled, rtol=1e-4, atol=1e-4)
+
+
 def test_parameters_do_not_depend_on_loops_and_grow_by_the_lora_factors():
   d, f, r, units = 16, 64, 2, 2
   counts = {k: param_count(small_config(**{'model.num_layers': units * k, 'model.loops': k}))
@@ -99,6 +115,18 @@ def test_parameters_do_not_depend_on_loops_and_grow_by_the_lora_factors():
     extra = per_loop_block + (r * (d + f) if mlp == 'swiglu' else 0)  # gate and up: one each
     assert param_count(small_config(**over, **{'model.loop_lora_rank': r})) - base == (
         k * units * extra)
+
+
+def test_lora_factors_name_the_fsdp_and_tensor_axes_of_their_matrix():
+  """Each factor carries 'embed' and 'heads' or 'mlp' (the rank axis takes the side it lacks),
+  so an fsdp x tensor mesh cuts it like its matrix (a 2 x 2 mesh with every parameter over
+  64 elements sharded ran two steps and the analyses)."""
+  cfg = small_config(**LOOPS, **{'model.loop_lora_rank': 2})
+  toks = jax.ShapeDtypeStruct((1, cfg.data.seq_len), jnp.int32)
+  boxed = jax.eval_shape(make_model(cfg).init, jax.random.PRNGKey(0), toks)['params']['loop_lora']
+  for name, leaf in boxed.items():
+    assert leaf.names[:2] == (None, 'layers') and 'embed' in leaf.names, (name, leaf.names)
+    assert ('mlp' if name.startswith('mlp') else 'heads') in leaf.names, (name, leaf.names)
 
 
 def _loss(model, tokens):

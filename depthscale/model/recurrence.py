@@ -23,8 +23,8 @@ from depthscale.model import residual
 from depthscale.model.param_tree import FAN_IN_DIMS, LOOP_LORA, block_matrix, path_keys
 from depthscale.model.placements import PLACEMENTS
 
-# Logical axis of a matrix's fan-in / fan-out side, by matrix name (None: heads x head_dim).
-_SIDE_AXES = {'q': ('embed', None), 'kv': ('embed', None), 'o': (None, 'embed'),
+# Logical axes of a matrix's fan-in / fan-out side, by matrix name ('heads': heads x head_dim).
+_SIDE_AXES = {'q': ('embed', 'heads'), 'kv': ('embed', 'heads'), 'o': ('heads', 'embed'),
               'wi': ('embed', 'mlp'), 'wo': ('mlp', 'embed')}
 
 
@@ -66,11 +66,12 @@ class LoopLora(nn.Module):
         return
       u, shape = w.shape[0], w.shape[1:]
       fan_in, parts, fan_out = _sides(name, shape)
+      # A (r, fan_in) and B (fan_out, r) alike: the rank axis takes the other side's name,
+      # so each factor can be cut by both mesh axes of the matrix (FSDP and tensor)
       ax_in, ax_out = _SIDE_AXES[name]
-      a_init = nn.with_logical_partitioning(nn.initializers.normal(fan_in ** -0.5),
-                                            (None, 'layers', None, None, ax_in))
-      b_init = nn.with_logical_partitioning(nn.initializers.zeros,
-                                            (None, 'layers', None, ax_out, None))
+      axes = (None, 'layers', None, ax_out, ax_in)
+      a_init = nn.with_logical_partitioning(nn.initializers.normal(fan_in ** -0.5), axes)
+      b_init = nn.with_logical_partitioning(nn.initializers.zeros, axes)
       out[key] = (self.param(f'{key}_a', a_init, (k, u, parts, r, fan_in), jnp.float32),
                   self.param(f'{key}_b', b_init, (k, u, parts, fan_out, r), jnp.float32))
 
