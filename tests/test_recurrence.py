@@ -160,6 +160,9 @@ def test_shared_gradient_is_the_sum_over_loops_of_the_untied_gradients():
     ({**LOOPS, 'optim.qk_slow_factor': 0.5}, 'optim.qk_slow_factor'),
     ({**LOOPS, 'model.loop_lora_rank': 2, 'model.block': 'ngpt', 'model.mlp': 'swiglu'},
      'model.loop_lora_rank'),
+    ({**LOOPS, 'model.mlp_taper': 'cosine'}, 'model.mlp_taper'),
+    ({**LOOPS, 'posthoc.prune_layers': 1, 'posthoc.init_from': 'source'}, 'posthoc.prune_layers'),
+    ({**LOOPS, 'model.loop_lora_rank': 2, 'optim.name': 'muon'}, 'optim.name'),
 ])
 def test_bad_combinations_fail_in_validation_on_one_line(overrides, field):
   with pytest.raises(ConfigError) as err:

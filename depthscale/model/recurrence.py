@@ -161,6 +161,15 @@ def validate(cfg) -> None:
     raise invalid('model.residual', m.residual, 'a design without a per-layer history ('
                   + ', '.join(n for n, d in residual.DESIGNS.items() if d.history is None)
                   + ') with model.loops > 1')
+  if m.mlp_taper != 'none':
+    raise invalid('model.mlp_taper', m.mlp_taper, "'none' with model.loops > 1 (one width per shared block)")
+  for field in ('prune_layers', 'remove_norms_every'):
+    if cfg.posthoc[field]:
+      raise invalid(f'posthoc.{field}', cfg.posthoc[field],
+                    '0 with model.loops > 1 (its blocks and norms are per layer)')
+  if m.loop_lora_rank and cfg.optim.name != 'adamw':
+    raise invalid('optim.name', cfg.optim.name, "'adamw' with model.loop_lora_rank > 0 (no Muon "
+                  'axes for the LoRA factors)')
   if cfg.optim.qk_slow_factor != 1:
     raise invalid('optim.qk_slow_factor', cfg.optim.qk_slow_factor,
                   '1 with model.loops > 1 (a per-layer LR on shared weights is undefined)')
