@@ -7,7 +7,8 @@ import ml_collections
 
 from depthscale import data
 from depthscale.errors import ConfigError
-from depthscale.model import inner_norms, norms, ops, parametrization, placements, residual, taper
+from depthscale.model import (inner_norms, norms, ops, parametrization, placements,
+                              recurrence, residual, taper)
 from depthscale.training import dynamics, optim, sharding
 
 ConfigDict = ml_collections.ConfigDict
@@ -80,6 +81,8 @@ def default_config() -> ConfigDict:
   m.parallel_block = 'none'  # 'none', 'gptj' (one shared norm) or 'neox' (two norms)
   m.moda = False  # MoDA: each head also attends to the same token's K/V of every earlier layer
   m.embed_projection = False  # OSP: learnable D x D maps after the embedding and before the head
+  m.loops = 1  # recurrence K: num_layers / loops shared blocks applied loops times (num_layers stays the effective depth)
+  m.loop_lora_rank = 0  # relaxed recursion: rank of the per-loop LoRA on every block matrix (0 = plain tying)
 
   d = c.data = ConfigDict()
   d.source = 'mix'  # 'grammar', 'khop', 'mix', 'python_docs', 'text:GLOB', 'array_record:GLOB'
@@ -363,6 +366,7 @@ def validate(cfg: ConfigDict) -> None:
   if m.position == 'rope' and (m.d_model // m.num_heads) % 2:
     _fail('model.num_heads', m.num_heads, 'a value giving an even head_dim with rope')
   validate_residual(m)
+  recurrence.validate(cfg)
   check_choice('optim.schedule', cfg.optim.schedule, ('constant', 'cosine', 'linear', 'wsd'))
   if not 0 <= cfg.optim.warmup_steps <= cfg.train.steps:
     _fail('optim.warmup_steps', cfg.optim.warmup_steps, f'0..train.steps={cfg.train.steps}')

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 EMBEDDING_PARAMS = ('embedding', 'pos_embedding', 'head')  # outside the non-embedding count
 KINDS = ('embedding', 'residual', 'matrix', 'norm')
-GROUPS = ('embedding', 'outer', 'hidden_matrix', 'hidden_vector')  # parametrization groups
+LOOP_LORA = 'loop_lora'  # relaxed recursion's per-loop LoRA factors (depthscale.model.recurrence)
+GROUPS = ('embedding', 'outer', 'hidden_matrix', 'hidden_vector', LOOP_LORA)  # parametrization groups
 # Leading axes (after the layer axis) that form a block matrix's fan-in.
 FAN_IN_DIMS = {'q': 1, 'kv': 1, 'o': 2, 'wi': 1, 'wo': 1}
 # Axis of D (d_model) in each matrix, without the layer axis: rows of E_in, W_q, W_k, W_v,
@@ -53,11 +54,13 @@ def param_kind(path, leaf) -> str:
 
 def param_group(path, leaf) -> str:
   """'embedding' (embeddings, untied head), 'outer' (final norm, other parameters outside
-  the blocks), 'hidden_matrix' (matrices inside the blocks) or 'hidden_vector' (norm gains
-  and biases, gates and other scalars or vectors inside the blocks)."""
+  the blocks), 'hidden_matrix' (matrices inside the blocks), 'hidden_vector' (norm gains
+  and biases, gates and other scalars or vectors inside the blocks) or 'loop_lora'."""
   kind = param_kind(path, leaf)
   if kind == 'embedding':
     return 'embedding'
+  if path_keys(path)[0] == LOOP_LORA:
+    return LOOP_LORA
   if not in_blocks(path):
     return 'outer'
   return 'hidden_matrix' if kind == 'matrix' else 'hidden_vector'

@@ -8,6 +8,7 @@ F MLP width, V vocab, L layers. Every parameter carries logical axis names
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import flax.linen as nn
@@ -16,7 +17,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from depthscale.model import inner_norms, layer_rope, moda, ngpt, ops, residual, taper
+from depthscale.model import inner_norms, layer_rope, moda, ngpt, ops, recurrence, residual, taper
 from depthscale.model import parametrization as pz
 from depthscale.model.norms import EMBED_SCALED, l2_normalize, make_norm
 from depthscale.model.param_tree import EMBEDDING_PARAMS
@@ -194,7 +195,8 @@ class Block(nn.Module):
 
 
 def block_stack(cfg, collect_stats: bool):
-  """The scanned (and optionally rematerialized) stack of cfg.num_layers blocks.
+  """The scanned (and optionally rematerialized) stack of the unique blocks (cfg.num_layers,
+  or num_layers / loops under recurrence, where it runs at init only: see loop_scan).
 
   Up to cfg.unroll_max_layers blocks (resolved by make_model: -1 = 16 when compiled for
   CPU, 0 = never elsewhere) the scan is fully unrolled: straight-line code whose
@@ -209,16 +211,20 @@ def block_stack(cfg, collect_stats: bool):
   if cfg.remat != 'none':
     block = nn.remat(Block, policy=getattr(jax.checkpoint_policies, cfg.remat), prevent_cse=False)
   return nn.scan(block, variable_axes={'params': 0, 'intermediates': 0},
-                 split_rngs={'params': True},
-                 in_axes=0, length=cfg.num_layers, unroll=scan_unroll(cfg, collect_stats),
+                 split_rngs={'params': True}, in_axes=0, length=recurrence.unique_layers(cfg),
+                 unroll=scan_unroll(cfg, collect_stats),
                  metadata_params={nn.PARTITION_NAME: 'layers'})(cfg, collect_stats)
 
 
-def scan_unroll(cfg, collect_stats: bool) -> int:
-  """The layer scan's unroll factor (see block_stack): L when unrolled, else 1."""
+def scan_unrolled(cfg, collect_stats: bool) -> bool:
+  """Whether the layer scan is fully unrolled (see block_stack)."""
   # Unrolled, the rematerialized stack compiled to the same buffers as without remat (XLA-CPU).
-  unrolled = not collect_stats and cfg.remat == 'none' and cfg.num_layers <= cfg.unroll_max_layers
-  return cfg.num_layers if unrolled else 1
+  return not collect_stats and cfg.remat == 'none' and cfg.num_layers <= cfg.unroll_max_layers
+
+
+def scan_unroll(cfg, collect_stats: bool) -> int:
+  """The unique-block scan's unroll factor (see block_stack): U when unrolled, else 1."""
+  return recurrence.unique_layers(cfg) if scan_unrolled(cfg, collect_stats) else 1
 
 
 def history_scan(cfg, layer, params, carry: dict, xs: dict, unroll: int):
@@ -302,6 +308,8 @@ class Transformer(nn.Module):
           pz.scaled_normal(pz.init_std(cfg, 'pos_embedding', self.max_len, d)), (None, 'embed'))
       self.pos_embedding = self.param('pos_embedding', pos_init, (self.max_len, cfg.d_model), jnp.float32)
     self.blocks = block_stack(cfg, self.collect_stats)
+    if cfg.loop_lora_rank:
+      self.loop_lora = recurrence.LoopLora(cfg)
     readout = residual.DESIGNS[cfg.residual].readout
     if readout is not None:
       self.res_readout = readout(cfg)
@@ -366,16 +374,37 @@ class Transformer(nn.Module):
     """The scanned blocks: (stream leaving block L, per-layer stats). layer_inputs adds
     step-dependent per-layer scan inputs (leading axis L, see depthscale.dynamics);
     segments_BxT the document ids of document masking."""
-    carry, xs = self.start(x_BxTxD), scan_inputs(self.cfg, layer_inputs, segments_BxT)
-    if residual.DESIGNS[self.cfg.residual].history is None or self.is_initializing():
+    cfg = self.cfg
+    carry, xs = self.start(x_BxTxD), scan_inputs(cfg, layer_inputs, segments_BxT)
+    if self.is_initializing() and cfg.loops > 1:  # the unique blocks' parameters, then LoRA
+      u = recurrence.unique_layers(cfg)
+      carry, stats = self.blocks(carry, jax.tree.map(lambda a: a[:u], xs))
+      if cfg.loop_lora_rank:
+        self.loop_lora(nn.unbox(self.variables['params']['blocks']))
+    elif cfg.loops > 1:
+      carry, stats = self.functional_blocks(carry, xs, self.loop_scan)
+    elif residual.DESIGNS[cfg.residual].history is None or self.is_initializing():
       carry, stats = self.blocks(carry, xs)
     else:
-      carry, stats = self.history_blocks(carry, xs)
+      carry, stats = self.functional_blocks(carry, xs, functools.partial(
+          history_scan, cfg, unroll=scan_unroll(cfg, self.collect_stats)))
     return self.finish(carry), stats
 
-  def history_blocks(self, carry: dict, xs: dict):
-    """The scanned blocks (same parameters, same function) by history_scan, for designs
-    that carry a history; the blocks' sown collections are stored as the scan stores them."""
+  def loop_scan(self, layer, params, carry: dict, xs: dict):
+    """Recurrence's scan (depthscale.model.recurrence.loop_scan), the block rematerialized
+    by model.remat, the per-loop LoRA factors read from the parameters."""
+    cfg = self.cfg
+    if cfg.remat != 'none':
+      layer = jax.checkpoint(layer, policy=getattr(jax.checkpoint_policies, cfg.remat),
+                             prevent_cse=False)
+    lora = self.loop_lora(nn.unbox(params)) if cfg.loop_lora_rank else None
+    return recurrence.loop_scan(cfg, layer, params, lora, carry, xs,
+                                scan_unrolled(cfg, self.collect_stats))
+
+  def functional_blocks(self, carry: dict, xs: dict, scan):
+    """The blocks (same parameters, same function) run by scan(layer, params, carry, xs)
+    instead of nn.scan: history_scan for designs that carry a history, loop_scan under
+    recurrence; the blocks' sown collections are stored as nn.scan stores them."""
     cols = [c for c in ('intermediates', 'analysis') if self.is_mutable_collection(c)]
     block = Block(self.cfg, self.collect_stats, parent=None)
 
@@ -383,8 +412,7 @@ class Transformer(nn.Module):
       (c, stats), sown = block.apply({'params': p}, c, x, mutable=cols)
       return c, (stats, sown)
 
-    carry, (stats, sown) = history_scan(self.cfg, layer, self.variables['params']['blocks'],
-                                        carry, xs, scan_unroll(self.cfg, self.collect_stats))
+    carry, (stats, sown) = scan(layer, self.variables['params']['blocks'], carry, xs)
     for col, tree in sown.items():
       for name, value in tree.items():
         self.blocks.put_variable(col, name, value)
@@ -431,9 +459,9 @@ def apply_unrolled(model: Transformer, params, tokens_BxT, layer_inputs: dict | 
   """Reference forward pass with a Python loop over layers (tests and benchmarks)."""
   cfg = model.cfg
   carry = model.apply({'params': params}, tokens_BxT, method=lambda m, t: m.start(m.embed(t)))
-  schedule = scan_inputs(cfg, layer_inputs)
+  schedule, blocks = scan_inputs(cfg, layer_inputs), recurrence.effective_blocks(cfg, params)
   for l in range(cfg.num_layers):
-    layer_params = jax.tree.map(lambda p, l=l: p[l], params['blocks'])
+    layer_params = jax.tree.map(lambda p, l=l: p[l], blocks)
     layer = jax.tree.map(lambda s, l=l: s[l], schedule)
     carry, _ = Block(cfg).apply({'params': layer_params}, carry, layer)
   x_BxTxD = model.apply({'params': params}, carry, method=Transformer.finish)

@@ -36,7 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from depthscale.model import ops, residual
+from depthscale.model import ops, recurrence, residual
 from depthscale.model.transformer import Block, Transformer, scan_inputs
 from depthscale.training import dynamics
 from depthscale.training.sharding import Plan
@@ -124,7 +124,7 @@ def make_analysis_fn(model: Transformer, full_cfg=None) -> Callable[..., dict]:
       out = run_block(p_l, carry, layer)
       return jax.tree.map(lambda new, old: jnp.where(l == skip, old, new), out, carry), None
     idx = jnp.arange(cfg.num_layers)
-    carry, _ = jax.lax.scan(body, carry0, (params['blocks'], schedule, idx))
+    carry, _ = jax.lax.scan(body, carry0, (recurrence.effective_blocks(cfg, params), schedule, idx))
     logits = apply(params, apply(params, carry, method=Transformer.finish), method=Transformer.unembed)
     return weighted_loss(logits, batch)
 
@@ -135,7 +135,8 @@ def make_analysis_fn(model: Transformer, full_cfg=None) -> Callable[..., dict]:
     carry0 = apply(params, apply(params, batch['inputs'], method=Transformer.embed),
                    method=Transformer.start)
     keys = jax.random.split(key, cfg.num_layers)
-    carry, per = jax.lax.scan(probe, carry0, (params['blocks'], schedule, keys))
+    blocks = recurrence.effective_blocks(cfg, params)  # per effective layer under recurrence
+    carry, per = jax.lax.scan(probe, carry0, (blocks, schedule, keys))
     h_LxBxTxD = per.pop('x_out')
     h_prev = jnp.concatenate([view(carry0)[None], h_LxBxTxD[:-1]])
     log_softmax = lambda h: jax.nn.log_softmax(apply(params, h, method=Transformer.unembed), axis=-1)
@@ -147,7 +148,7 @@ def make_analysis_fn(model: Transformer, full_cfg=None) -> Callable[..., dict]:
     skip = jax.lax.map(lambda s: skipped_loss(params, carry0, batch, schedule, s),
                        jnp.arange(cfg.num_layers))
     acts = h_LxBxTxD.reshape(cfg.num_layers, -1, h_LxBxTxD.shape[-1]).astype(jnp.float32)
-    mats = [erank(as_matrix(w, cfg.d_model)) for w in jax.tree.leaves(params['blocks']) if w.ndim >= 3]
+    mats = [erank(as_matrix(w, cfg.d_model)) for w in jax.tree.leaves(blocks) if w.ndim >= 3]
     return {**per,
             'angular_distance': jax.vmap(angular_distance)(h_prev, h_LxBxTxD),
             'logit_lens_kl': kl, 'logit_lens_top5': top5,
@@ -228,7 +229,8 @@ class Analyzer:
 
     def run(params, init_blocks, batch, key, step):
       per = analyse(params, jax.tree.map(lambda a: a[:rows], batch), key, step)
-      return {**per, 'param_rotation': param_rotation(params['blocks'], init_blocks)}
+      rotation = param_rotation(params['blocks'], init_blocks)  # of the shared blocks
+      return {**per, 'param_rotation': recurrence.per_effective_layer(model.cfg, rotation)}
 
     params = plan.state['params']
     self.fn = plan.compile(run, (params, params['blocks'], plan.batch, plan.replicated,

@@ -15,6 +15,7 @@ from depthscale import storage
 from depthscale.errors import ConfigError
 from depthscale.experiment import resolve
 from depthscale.model import ops
+from depthscale.model.param_tree import LOOP_LORA
 from depthscale.model.transformer import make_model, param_counts
 from depthscale.training import sharding, topology
 from depthscale.training.optim import make_optimizer, schedule
@@ -100,6 +101,7 @@ def layer_scaled_cost(cfg, devices=None) -> tuple[float, float]:
   for layers in (1, 2):
     c = cfg.copy_and_resolve_references()
     c.model.num_layers, c.model.unroll_max_layers = layers, layers
+    c.model.loops, c.model.loop_lora_rank = 1, 0  # one effective layer costs as one unique one
     if c.model.residual == 'block_attn_res':
       c.model.attn_res_blocks = min(c.model.attn_res_blocks, 2 * layers)
     costs.append(cost(compile_step(c, False, devices)[0]))
@@ -111,11 +113,14 @@ def layer_scaled_cost(cfg, devices=None) -> tuple[float, float]:
 def model_flops(cfg, params) -> float:
   """Analytic train-step FLOPs, whole batch: 6 N + 12 L T D per token (PaLM's count: N the
   parameters of the block matmuls and the LM head, the attention scores and values over the
-  full T x T), before rematerialization."""
+  full T x T), before rematerialization. Under recurrence the block matmuls count once per
+  loop and the LoRA factors (merged once per step) not at all."""
   m = cfg.model
   _, non_embedding = param_counts(params)
   norm_like = sum(x.size for x in jax.tree.leaves(params['blocks']) if x.ndim <= 2)
-  matmul = non_embedding - norm_like + m.vocab_size * m.d_model
+  lora = sum(x.size for x in jax.tree.leaves(params.get(LOOP_LORA, {})))
+  block_matmul = sum(x.size for x in jax.tree.leaves(params['blocks']) if x.ndim > 2)
+  matmul = non_embedding - norm_like - lora + (m.loops - 1) * block_matmul + m.vocab_size * m.d_model
   per_token = 6 * matmul + 12 * m.num_layers * cfg.data.seq_len * m.d_model
   return float(per_token * cfg.data.batch_size * cfg.data.seq_len)
 

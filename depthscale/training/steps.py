@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from depthscale.model.recurrence import per_effective_layer
 from depthscale.model.stats import per_layer_norm, saturation_per_layer
 from depthscale.training import dynamics
 
@@ -91,20 +92,23 @@ def make_train_step(model: nn.Module, tx: optax.GradientTransformation,
     keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(ok, a, b), new, old)
     new_state = {'step': state['step'] + 1, 'params': keep(params, state['params']),
                  'opt_state': keep(opt_state, state['opt_state']), 'rng': state['rng']}
+    layer_grad_norm = per_effective_layer(model.cfg, layer_grad_norm)  # shared: per loop again
     out = {'loss': loss, 'grad_norm': grad_norm, 'ok': ok, 'lr': lr_fn(state['step']),
            'layer_grad_norm': layer_grad_norm}
     if aux:
+      stats = update_stats(state['params'], grads, updates)
       out.update(logit_max=aux['logit_max'], param_norm=optax.tree.norm(state['params']),
-                 layers={**aux['layers'], **update_stats(state['params'], grads, updates),
-                         'grad_norm': layer_grad_norm})
+                 layers={**aux['layers'], 'grad_norm': layer_grad_norm,
+                         **{k: per_effective_layer(model.cfg, v) for k, v in stats.items()}})
     return new_state, out
 
   return step
 
 
 def update_stats(params, grads, updates) -> dict[str, jax.Array]:
-  """Per layer: gradient norms of the attention and MLP sublayers, parameter norm ||W||
-  and update_param_ratio ||delta W|| / ||W|| of the optimizer update (before it is applied)."""
+  """Per (unique) block: gradient norms of the attention and MLP sublayers, parameter norm
+  ||W|| and update_param_ratio ||delta W|| / ||W|| of the optimizer update (before it is
+  applied); the shared blocks' values, LoRA factors not included, under recurrence."""
   param_norm = per_layer_norm(params['blocks'])
   return {'grad_norm_attn': per_layer_norm(grads['blocks']['attn']),
           'grad_norm_mlp': per_layer_norm(grads['blocks']['mlp']),
