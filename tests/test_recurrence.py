@@ -8,6 +8,7 @@ the effective depth."""
 
 import math
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -16,7 +17,7 @@ import pytest
 from depthscale import config
 from depthscale.errors import ConfigError
 from depthscale.model import recurrence
-from depthscale.model.transformer import Transformer, apply_unrolled, make_model
+from depthscale.model.transformer import Transformer, apply_unrolled, make_model, param_counts
 from depthscale.storage import read_jsonl
 from depthscale.training import dryrun
 from depthscale.training.loop import train_rung
@@ -115,6 +116,22 @@ def test_parameters_do_not_depend_on_loops_and_grow_by_the_lora_factors():
     extra = per_loop_block + (r * (d + f) if mlp == 'swiglu' else 0)  # gate and up: one each
     assert param_count(small_config(**over, **{'model.loop_lora_rank': r})) - base == (
         k * units * extra)
+
+
+def test_compute_params_count_a_looped_block_once_per_loop():
+  """Training FLOPs use compute_params: a K-loop model (with or without LoRA, merged before the
+  matmuls) passes each token through as many weights as the untied model of its depth."""
+  def counts(**over):
+    cfg = small_config(**over)
+    toks = jax.ShapeDtypeStruct((1, cfg.data.seq_len), jnp.int32)
+    params = nn.unbox(jax.eval_shape(make_model(cfg).init, jax.random.PRNGKey(0), toks))['params']
+    non_embedding = param_counts(params)[1]
+    return non_embedding, recurrence.compute_params(cfg.model, params, non_embedding)
+  untied = counts(**{'model.num_layers': 6})
+  assert untied[1] == untied[0]
+  for rank in (0, 2):
+    looped = counts(**LOOPS, **{'model.loop_lora_rank': rank})
+    assert looped[1] == untied[0] and (looped[0] < untied[0])
 
 
 def test_lora_factors_name_the_fsdp_and_tensor_axes_of_their_matrix():

@@ -98,6 +98,14 @@ def merge(block, lora: dict | None):
   return jax.tree_util.tree_map_with_path(add, block)
 
 
+def compute_params(cfg, params, non_embedding: int) -> int:
+  """The non-embedding parameters a token's forward pass multiplies by (what training FLOPs
+  count): the shared blocks once per loop, the LoRA factors (merged into them) not at all."""
+  blocks = sum(x.size for x in jax.tree.leaves(params['blocks']))
+  lora = sum(x.size for x in jax.tree.leaves(params.get(LOOP_LORA, {})))
+  return non_embedding + (cfg.loops - 1) * blocks - lora
+
+
 def lora_params(params) -> dict | None:
   """{key: (A, B)} with leading [K, U] axes from the model parameters (None without LoRA)."""
   tree = params.get(LOOP_LORA)

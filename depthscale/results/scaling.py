@@ -23,10 +23,16 @@ def variant_labels(configs: pd.DataFrame, ignore: tuple[str, ...] = DEPTH_FIELDS
           for _, row in configs.iterrows()}
 
 
+def _compute_params(summary: pd.Series) -> float:
+  n = summary.get('compute_params', float('nan'))
+  return summary['non_embedding_params'] if pd.isna(n) else n
+
+
 def rung_flops(configs: pd.DataFrame, summaries: pd.DataFrame) -> list[float]:
-  """Training FLOPs of each summary's rung (flops.training_flops)."""
+  """Training FLOPs of each summary's rung (flops.training_flops); N counts a looped block once
+  per loop (summaries written before that count was kept fall back to non_embedding_params)."""
   cfg = configs.set_index('rung')
-  return [training_flops(s['non_embedding_params'], s['tokens'],
+  return [training_flops(_compute_params(s), s['tokens'],
                          *(cfg.loc[s.rung, f] for f in ('model.num_layers', 'data.seq_len',
                                                         'model.d_model')))
           for _, s in summaries.iterrows()]

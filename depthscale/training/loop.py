@@ -11,7 +11,7 @@ import numpy as np
 
 from depthscale import data, storage
 from depthscale.errors import WriteError
-from depthscale.model import taper
+from depthscale.model import recurrence, taper
 from depthscale.model.transformer import make_model, param_counts
 from depthscale.posthoc import init_from, ln_free
 from depthscale.results import plots
@@ -236,6 +236,8 @@ class _Run:
     total, non_embedding = param_counts(self.state['params'])
     masked = taper.inactive_params(cfg.model)  # a tapered MLP counts its active units only
     self.params, self.non_embedding_params = total - masked, non_embedding - masked
+    self.compute_params = recurrence.compute_params(cfg.model, self.state['params'],
+                                                    self.non_embedding_params)
     self.posthoc_info: dict = {}
     if source is not None:  # posthoc.init_from: the start (a checkpoint of this rung wins)
       params, self.posthoc_info = init_from.start(cfg, source, workdir, self.plan.replicated,
@@ -422,6 +424,7 @@ class _Run:
         'final_train_loss': self.last_loss,
         'final_eval_loss': self.eval_scalars.get('eval/loss', float('nan')),
         'params': self.params, 'non_embedding_params': self.non_embedding_params,
+        'compute_params': self.compute_params,
         'tokens': cfg.train.steps * self.tokens_per_step, 'steps': cfg.train.steps,
         'compile_s': self.compile_s, **self.posthoc_info,
         **({'norms_removed': ln_free.removed(self.state['params'])} if self.remover else {}),
