@@ -40,11 +40,16 @@ def relative_depth(num_layers: int) -> np.ndarray:
 
 
 def heatmap(metric: str, steps: list[int], values_SxL: np.ndarray) -> tuple[bytes, int, int]:
-  """Layer (y, block 1 at the bottom) x logged step (x) heatmap of one metric."""
+  """Layer (y, block 1 at the bottom) x logged step (x) heatmap of one metric; a metric
+  sampled on some layers (NaN elsewhere) fills the band up to halfway to its neighbours."""
   fig = Figure(figsize=(5, 3.5))
   ax = fig.subplots()
-  im = ax.imshow(np.asarray(values_SxL, float).T, aspect='auto', origin='lower', cmap='viridis',
-                 extent=(-0.5, len(steps) - 0.5, 0.5, values_SxL.shape[1] + 0.5))
+  v = np.asarray(values_SxL, float)
+  has = ~np.all(np.isnan(v), axis=0)
+  layers = np.flatnonzero(has if has.any() else ~has) + 1.0
+  edges = np.concatenate([[0.5], (layers[1:] + layers[:-1]) / 2, [v.shape[1] + 0.5]])
+  im = ax.pcolormesh(np.arange(len(steps) + 1) - 0.5, edges, v[:, layers.astype(int) - 1].T,
+                     cmap='viridis')
   ticks = np.unique(np.linspace(0, len(steps) - 1, min(len(steps), 6)).astype(int))
   ax.set_xticks(ticks, [str(steps[i]) for i in ticks])
   ax.set(xlabel='step', ylabel='layer', title=metric)
@@ -59,8 +64,9 @@ def profile(metric: str, steps: list[int], values_SxL: np.ndarray) -> tuple[byte
   ax = fig.subplots()
   colors = matplotlib.colormaps['viridis'](np.linspace(0, 1, len(steps)))
   x = relative_depth(values_SxL.shape[1])
-  for step, row, c in zip(steps, values_SxL, colors):
-    ax.plot(x, row, color=c, marker='.', label=f'step {step}')
+  for step, row, c in zip(steps, np.asarray(values_SxL, float), colors):
+    ok = ~np.isnan(row)  # a metric sampled on some layers: the line joins them
+    ax.plot(x[ok], row[ok], color=c, marker='.', label=f'step {step}')
   ax.set(xlabel='l / L', ylabel=metric, title=metric)
   if len(steps) <= 8:
     ax.legend(fontsize=6)
@@ -93,7 +99,9 @@ def final_profiles(profiles: dict[str, dict[str, list[float]]], path: str,
   for ax, metric in zip(axes.flat, shown):
     for rung, p in sorted(profiles.items()):
       if metric in p:
-        ax.plot(relative_depth(len(p[metric])), p[metric], marker='.', label=rung)
+        v = np.asarray(p[metric], float)
+        ok = ~np.isnan(v)
+        ax.plot(relative_depth(len(v))[ok], v[ok], marker='.', label=rung)
     ax.set(xlabel='l / L', title=metric)
   for ax in axes.flat[len(shown):]:
     ax.axis('off')
