@@ -4,4 +4,5 @@ from depthscale.training import host_libtpu, host_memory, host_threads
 
 host_memory.single_arena()
 host_threads.enough_for_collectives()
+host_threads.single_thread_lapack()
 host_libtpu.one_host_without_tpu()

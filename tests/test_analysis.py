@@ -8,10 +8,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from depthscale.config import ConfigError, validate
 from depthscale.model import residual
 from depthscale.model.placements import layer_schedule
 from depthscale.model.transformer import Block, Transformer, make_model, scan_inputs
-from depthscale.training import analysis, dynamics, sharding
+from depthscale.training import analysis, dynamics, loop, sharding
 from depthscale.training.optim import make_optimizer
 from depthscale.training.steps import init_state
 from tests.helpers import covers, small_config, tiny_config
@@ -264,3 +265,77 @@ def test_effective_depth_definitions():
                      'effective_depth/kl': 1.0, 'effective_depth/kl_ratio': 0.5,
                      'effective_depth/overlap': 2.0, 'effective_depth/overlap_ratio': 0.75,
                      'effective_depth/skip': 4.0, 'effective_depth/skip_ratio': 1.0}
+
+
+SAMPLED = ('skip_delta_loss', 'erank_acts', 'erank_weights')  # one pass or SVD per layer
+
+
+def test_sampled_layers_give_the_full_analysis_numbers(analysed):
+  """metrics.analysis_layers=2 of L=3: skip_delta_loss and the eranks of layers 1 and 3 equal
+  the full analysis's, NaN on layer 2; every other metric is the full one on every layer;
+  effective_depth/skip counts over the sampled layers, scaled to L."""
+  cfg, model, init, params, batch, full, _ = analysed
+  assert analysis.evenly_spaced(3, 2) == [0, 2]
+  plan = sharding.make_plan(cfg, model, make_optimizer(cfg), init_state)
+  layers, scalars = analysis.Analyzer(model, plan, init['blocks'], batch, 2, 0, None, [0, 2])(params)
+  assert set(layers) == set(full)
+  for k, v in layers.items():
+    if k in SAMPLED:
+      np.testing.assert_allclose(np.asarray(v)[[0, 2]], np.asarray(full[k])[[0, 2]], rtol=1e-5, atol=1e-6, err_msg=k)
+      assert np.isnan(v[1]), k
+    else:
+      np.testing.assert_allclose(v, full[k], rtol=1e-5, atol=1e-6, err_msg=k)
+  ratio = analysis.ed_skip(np.asarray(full['skip_delta_loss'])[[0, 2]]) / 2
+  assert scalars['effective_depth/skip_ratio'] == ratio
+  assert scalars['effective_depth/skip'] == 3 * ratio
+
+
+def _scan_carries(jaxpr, length: int) -> set[tuple[int, ...]]:
+  """Shapes of the carries of every scan of `length` steps in a jaxpr (sub-jaxprs included)."""
+  shapes = set()
+  for eqn in jaxpr.eqns:
+    if eqn.primitive.name == 'scan' and eqn.params['length'] == length:
+      first = eqn.params['num_consts']
+      shapes |= {v.aval.shape for v in eqn.invars[first:first + eqn.params['num_carry']]}
+    for v in eqn.params.values():
+      for sub in v if isinstance(v, (tuple, list)) else (v,):
+        sub = getattr(sub, 'jaxpr', sub)  # a ClosedJaxpr's Jaxpr
+        if hasattr(sub, 'eqns'):
+          shapes |= _scan_carries(sub, length)
+  return shapes
+
+
+@pytest.mark.parametrize('analysis_layers', [32, 0])
+def test_default_analysis_of_1024_layers_runs_a_bounded_number_of_passes(analysis_layers):
+  """At L=1024 (traced, not run) the default analysis runs the 1024 blocks once on the
+  stream (the probe) and once on 32 skipped-block streams batched (32 forward passes, first
+  and last layer among them); metrics.analysis_layers=0 on 1024 streams."""
+  cfg = small_config(**{'model.num_layers': 1024, 'metrics.analysis_layers': analysis_layers})
+  sampled = analysis.analysed_layers(cfg)
+  expected = 32 if analysis_layers else 1024
+  assert len(sampled) == expected and sampled[0] == 0 and sampled[-1] == 1023
+  model = make_model(cfg)
+  params = jax.eval_shape(lambda: init_state(model, make_optimizer(cfg), 0, cfg.data.seq_len))['params']
+  batch = jax.eval_shape(lambda: _batch(cfg))
+  jaxpr = jax.make_jaxpr(analysis.make_analysis_fn(model, cfg, sampled))(
+      params, batch, jax.random.PRNGKey(0), 0)
+  stream = (2, cfg.data.seq_len, cfg.model.d_model)  # the analysis rows' residual stream
+  assert _scan_carries(jaxpr.jaxpr, 1024) == {stream, (expected,) + stream}
+
+
+def test_tensorboard_shows_a_sampled_metric_at_its_true_layers(tmp_path):
+  """L=1024: a metric on every layer at the 64 TensorBoard layers, one sampled on 32 layers
+  (NaN elsewhere) at those 32."""
+  logs = loop._Logs(str(tmp_path), 0, analysis.evenly_spaced(1024, 64))
+  sampled = np.full(1024, np.nan)
+  sampled[analysis.evenly_spaced(1024, 32)] = 1.0
+  assert logs.tb_layers_of(np.ones(1024)) == analysis.evenly_spaced(1024, 64)
+  assert logs.tb_layers_of(sampled) == analysis.evenly_spaced(1024, 32)
+  logs.close()
+
+
+@pytest.mark.parametrize('bad', [-1, 1])
+def test_analysis_layers_out_of_range_is_a_one_line_config_error(bad):
+  with pytest.raises(ConfigError, match=rf'^metrics.analysis_layers={bad} is invalid: allowed 0 '
+                     r'\(every layer\) or an integer >= 2$'):
+    validate(tiny_config(**{'metrics.analysis_layers': bad}))

@@ -42,3 +42,24 @@ def test_xla_cpu_starts_the_threads_asked_for():
   out = subprocess.run([sys.executable, '-c', PROBE], env=env, capture_output=True, text=True,
                        check=True)
   assert int(out.stdout.split()[-1]) == WANT
+
+
+LAPACK_PROBE = """
+import ctypes
+import depthscale
+import jax.numpy as jnp
+jnp.linalg.svd(jnp.ones((64, 256)), compute_uv=False).block_until_ready()
+libs = {l.split()[-1] for l in open('/proc/self/maps') if 'libscipy_openblas-' in l}
+print(ctypes.CDLL(libs.pop()).scipy_openblas_get_num_threads() if libs else 'none')
+"""
+
+
+def test_lapack_runs_on_one_thread_unless_the_user_chose():
+  env = {}
+  assert host_threads.single_thread_lapack(env) and env == {'OPENBLAS_NUM_THREADS': '1'}
+  assert not host_threads.single_thread_lapack(env := {'OPENBLAS_NUM_THREADS': '2'}) and env == {
+      'OPENBLAS_NUM_THREADS': '2'}
+  clean = {k: v for k, v in os.environ.items() if k != 'OPENBLAS_NUM_THREADS'}
+  out = subprocess.run([sys.executable, '-c', LAPACK_PROBE], env=clean, capture_output=True,
+                       text=True, check=True).stdout.split()[-1]
+  assert out == '1'

@@ -40,15 +40,19 @@ def layer_ticks(num_layers: int, most: int = 8) -> np.ndarray:
 
 
 def heatmap(metric: str, steps: list[int], values_SxL: np.ndarray) -> Figure:
-  """Layer (y, block 1 at the bottom, integer ticks) x logged step (x) heatmap of one metric."""
+  """Layer (y, block 1 at the bottom, integer ticks) x logged step (x) heatmap of one metric;
+  a metric sampled on some layers (NaN elsewhere) fills the band up to halfway to its neighbours."""
   fig = Figure(figsize=(5, 3.5))
   ax = fig.subplots()
-  im = ax.imshow(np.asarray(values_SxL, float).T, aspect='auto', origin='lower', cmap='viridis',
-                 extent=(-0.5, len(steps) - 0.5, 0.5, values_SxL.shape[1] + 0.5))
+  v = np.asarray(values_SxL, float)
+  has = ~np.all(np.isnan(v), axis=0)
+  layers = np.flatnonzero(has if has.any() else ~has) + 1.0
+  edges = np.concatenate([[0.5], (layers[1:] + layers[:-1]) / 2, [v.shape[1] + 0.5]])
+  im = ax.pcolormesh(np.arange(len(steps) + 1) - 0.5, edges, v[:, layers.astype(int) - 1].T,
+                     cmap='viridis')
   ticks = np.unique(np.linspace(0, len(steps) - 1, min(len(steps), 6)).astype(int))
   ax.set_xticks(ticks, [str(steps[i]) for i in ticks])
-  layers = layer_ticks(values_SxL.shape[1])
-  ax.set_yticks(layers, [str(l) for l in layers])
+  ax.set_yticks(layer_ticks(v.shape[1]), [str(l) for l in layer_ticks(v.shape[1])])
   ax.set(xlabel='step', ylabel='layer', title=metric)
   fig.colorbar(im, ax=ax)
   fig.tight_layout()
@@ -61,8 +65,9 @@ def profile(metric: str, steps: list[int], values_SxL: np.ndarray) -> Figure:
   ax = fig.subplots()
   colors = matplotlib.colormaps['viridis'](np.linspace(0, 1, len(steps)))
   x = relative_depth(values_SxL.shape[1])
-  for step, row, c in zip(steps, values_SxL, colors):
-    ax.plot(x, row, color=c, marker='.', label=f'step {step}')
+  for step, row, c in zip(steps, np.asarray(values_SxL, float), colors):
+    ok = ~np.isnan(row)  # a metric sampled on some layers: the line joins them
+    ax.plot(x[ok], row[ok], color=c, marker='.', label=f'step {step}')
   ax.set(xlabel='l / L', ylabel=metric, title=metric)
   if len(steps) <= 8:
     ax.legend(fontsize=6)
@@ -95,7 +100,9 @@ def final_profiles(profiles: dict[str, dict[str, list[float]]], path: str,
   for ax, metric in zip(axes.flat, shown):
     for rung, p in sorted(profiles.items()):
       if metric in p:
-        ax.plot(relative_depth(len(p[metric])), p[metric], marker='.', label=rung)
+        v = np.asarray(p[metric], float)
+        ok = ~np.isnan(v)
+        ax.plot(relative_depth(len(v))[ok], v[ok], marker='.', label=rung)
     ax.set(xlabel='l / L', title=metric)
   for ax in axes.flat[len(shown):]:
     ax.axis('off')

@@ -3,7 +3,7 @@
 One compiled function runs everything: a scan over the blocks (the same Block
 definition and stacked parameters as the model's nn.scan) that returns each block's
 output stream, its Jacobian's distance from the identity and its attention entropies;
-the logit lens mapped over layers; and the loss with each block skipped, mapped over the
+the logit lens mapped over layers; and the loss with each block skipped, vmapped over the
 skipped block. Nothing loops over layers in Python or recompiles per layer.
 
 Per-layer metrics (length L, block 1 first; h_l is the raw stream leaving block l (the
@@ -26,6 +26,9 @@ p_L is the model's output distribution, after the design's readout):
     p = singular values / their sum (Roy & Vetterli 2007); a matrix is flattened to
     (D, rest) when its first axis is d_model, else to (rest, last axis).
   erank_acts: erank of the mean-centered (tokens x D) matrix of h_l.
+skip_delta_loss (a forward pass per layer) and the eranks (SVDs per layer) are computed on
+the `sampled` layers only (analysed_layers: every layer up to metrics.analysis_layers,
+else that many evenly spaced ones), NaN elsewhere, so that their cost stays bounded at depth.
 """
 
 from __future__ import annotations
@@ -88,11 +91,28 @@ def logit_lens(log_p_VxT, log_p_final_VxT):
   return jnp.mean(kl), jnp.mean(overlap)
 
 
-def make_analysis_fn(model: Transformer, full_cfg=None) -> Callable[..., dict]:
+def evenly_spaced(num_layers: int, count: int) -> list[int]:
+  """0-based layers: all when count is 0 or >= num_layers, else `count` evenly spaced ones,
+  first and last included."""
+  if not count or num_layers <= count:
+    return list(range(num_layers))
+  return sorted({int(round(v)) for v in np.linspace(0, num_layers - 1, count)})
+
+
+def analysed_layers(cfg) -> list[int]:
+  """0-based layers of a rung's skip_delta_loss and eranks (metrics.analysis_layers)."""
+  return evenly_spaced(cfg.model.num_layers, cfg.metrics.analysis_layers)
+
+
+def make_analysis_fn(model: Transformer, full_cfg=None,
+                     sampled: list[int] | None = None) -> Callable[..., dict]:
   """(params, batch, key, step) -> per-layer analyses (length-L arrays), jittable as one
   function. With full_cfg (the whole config) the blocks run as eval runs them at `step`:
-  the step's per-layer inputs (ProRes alpha, BranchNorm's a_t; no drops)."""
+  the step's per-layer inputs (ProRes alpha, BranchNorm's a_t; no drops). sampled: the
+  0-based layers of skip_delta_loss and the eranks (default all; NaN elsewhere)."""
   cfg = model.cfg
+  idx = np.arange(cfg.num_layers) if sampled is None else np.asarray(sampled)
+  on_layers = lambda v_K: jnp.full((cfg.num_layers,), jnp.nan, v_K.dtype).at[idx].set(v_K)
   block, stat_block = Block(cfg), Block(cfg, collect_stats=True)
   view = residual.DESIGNS[cfg.residual].view  # the one stream of a residual design's carry
 
@@ -145,16 +165,16 @@ def make_analysis_fn(model: Transformer, full_cfg=None) -> Callable[..., dict]:
     log_p_final = jax.nn.log_softmax(final_logits, axis=-1)
     kl, top5 = jax.lax.map(lambda h: logit_lens(log_softmax(h), log_p_final), h_LxBxTxD)
     base = weighted_loss(final_logits, batch)
-    skip = jax.lax.map(lambda s: skipped_loss(params, carry0, batch, schedule, s),
-                       jnp.arange(cfg.num_layers))
-    acts = h_LxBxTxD.reshape(cfg.num_layers, -1, h_LxBxTxD.shape[-1]).astype(jnp.float32)
-    mats = [erank(as_matrix(w, cfg.d_model)) for w in jax.tree.leaves(blocks) if w.ndim >= 3]
+    # the K passes batched (K b <= L B rows: a forward pass no larger than a train step's)
+    skip_K = jax.vmap(lambda s: skipped_loss(params, carry0, batch, schedule, s))(idx)
+    acts = h_LxBxTxD[idx].reshape(len(idx), -1, h_LxBxTxD.shape[-1]).astype(jnp.float32)
+    mats = [erank(as_matrix(w[idx], cfg.d_model)) for w in jax.tree.leaves(blocks) if w.ndim >= 3]
     return {**per,
             'angular_distance': jax.vmap(angular_distance)(h_prev, h_LxBxTxD),
             'logit_lens_kl': kl, 'logit_lens_top5': top5,
-            'skip_delta_loss': skip - base,
-            'erank_acts': erank(acts - jnp.mean(acts, axis=1, keepdims=True)),
-            'erank_weights': sum(mats) / len(mats)}
+            'skip_delta_loss': on_layers(skip_K - base),
+            'erank_acts': on_layers(erank(acts - jnp.mean(acts, axis=1, keepdims=True))),
+            'erank_weights': on_layers(sum(mats) / len(mats))}
 
   return analyse
 
@@ -206,26 +226,29 @@ def ed_skip(skip_delta: np.ndarray, fraction: float = SKIP_FRACTION) -> float:
 
 def effective_depths(per_layer: dict[str, np.ndarray]) -> dict[str, float]:
   """effective_depth/<kind> and its ratio to L: (ED + 1) / L for the 0-based index kinds
-  (cos, kl, overlap), ED / L for skip (a count)."""
+  (cos, kl, overlap), ED / L for skip (a count). With skip_delta_loss on K < L layers (NaN
+  elsewhere), skip_ratio is the count over the K analysed layers / K and skip is L times it."""
   n = len(per_layer['skip_delta_loss'])
   eds = {'cos': ed_cos(per_layer['cos_mean']), 'kl': ed_kl(per_layer['logit_lens_kl']),
          'overlap': ed_overlap(per_layer['logit_lens_top5'])}
   out = {f'effective_depth/{k}': v for k, v in eds.items()}
   out.update({f'effective_depth/{k}_ratio': (v + 1) / n for k, v in eds.items()})
-  out['effective_depth/skip'] = ed_skip(per_layer['skip_delta_loss'])
-  out['effective_depth/skip_ratio'] = out['effective_depth/skip'] / n
+  skip = per_layer['skip_delta_loss'][~np.isnan(per_layer['skip_delta_loss'])]
+  out['effective_depth/skip_ratio'] = ed_skip(skip) / len(skip)
+  out['effective_depth/skip'] = out['effective_depth/skip_ratio'] * n
   return out
 
 
 class Analyzer:
   """The analyses compiled for the rung's plan (its shardings and context, outputs
   replicated: readable on every process) on the first rows of a fixed batch; keeps the
-  initial block weights on device, sharded as the parameters."""
+  initial block weights on device, sharded as the parameters. sampled as in
+  make_analysis_fn (default all)."""
 
   def __init__(self, model: Transformer, plan: Plan, init_blocks, batch: dict, rows: int,
-               seed: int, full_cfg=None):
+               seed: int, full_cfg=None, sampled: list[int] | None = None):
     self.init_blocks, self.batch, self.key = init_blocks, batch, jax.random.PRNGKey(seed)
-    analyse = make_analysis_fn(model, full_cfg)
+    analyse = make_analysis_fn(model, full_cfg, sampled)
 
     def run(params, init_blocks, batch, key, step):
       per = analyse(params, jax.tree.map(lambda a: a[:rows], batch), key, step)

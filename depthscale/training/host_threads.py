@@ -42,3 +42,15 @@ def xla_default(environ=os.environ) -> None:
   """Undoes enough_for_collectives (not a user's own setting): for multi-process runs."""
   if _SET_HERE in environ and environ.get('PJRT_NPROC') == environ.pop(_SET_HERE):
     del environ['PJRT_NPROC']
+
+
+def single_thread_lapack(environ=os.environ) -> bool:
+  """Sets $OPENBLAS_NUM_THREADS=1 unless set; whether set. XLA-CPU runs LAPACK (the
+  analyses' SVDs) on scipy's OpenBLAS, whose threads spin-wait on small matrices: on a
+  loaded 2-core host a d_model 64, L16 analysis took 4.6 s threaded, 0.26 s on one thread
+  (benchmarks/NOTES.md). XLA's own dots do not use it. Takes effect only if that library
+  loads afterwards (depthscale's import calls it; JAX loads it on first use of LAPACK)."""
+  if 'OPENBLAS_NUM_THREADS' in environ:
+    return False
+  environ['OPENBLAS_NUM_THREADS'] = '1'
+  return True

@@ -16,7 +16,7 @@ from depthscale.model.transformer import make_model, param_counts
 from depthscale.posthoc import init_from, ln_free
 from depthscale.results import plots
 from depthscale.training import distributed, host_memory, resume, sharding, tb_layout
-from depthscale.training.analysis import Analyzer
+from depthscale.training.analysis import Analyzer, analysed_layers, evenly_spaced
 from depthscale.training.checkpoint import Checkpointer, abstract
 from depthscale.training.optim import make_optimizer, schedule
 from depthscale.training.preflight import check_inputs
@@ -58,14 +58,6 @@ class _Preemption:
 def _eta(seconds: float) -> str:
   s = int(max(seconds, 0))
   return f'{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}'
-
-
-def tb_layer_subset(num_layers: int, max_layers: int) -> list[int]:
-  """0-based layers with per-layer TensorBoard scalars: all, or max_layers evenly spaced
-  ones (first and last included) for deeper models."""
-  if num_layers <= max_layers:
-    return list(range(num_layers))
-  return sorted({int(round(v)) for v in np.linspace(0, num_layers - 1, max_layers)})
 
 
 def _describe_start(name: str, cfg, info: dict) -> str:
@@ -131,10 +123,18 @@ class _Logs:
       self.flush_analysis()  # an analysis at a step without a logging record: its own record
     self.layers.write({'step': step, **{k: [float(v) for v in vs] for k, vs in layers.items()}})
     self.tb.scalars(step, {tb_layout.layer_tag(k, l + 1): vs[l]
-                           for k, vs in layers.items() for l in self.tb_layers})
+                           for k, vs in layers.items() for l in self.tb_layers_of(vs)})
     if not set(layers) <= self.charted:  # the first record, the first analysis
       self.charted |= set(layers)
       self.tb.layout(step, tb_layout.layer_layout(self.charted))
+
+  def tb_layers_of(self, values) -> list[int]:
+    """The TensorBoard layers of one metric: tb_layers, or for a metric computed on a subset
+    of layers (NaN elsewhere) at most as many of its own, evenly spaced."""
+    measured = np.flatnonzero(~np.isnan(np.asarray(values, float)))
+    if len(measured) == len(values):
+      return self.tb_layers
+    return [int(measured[i]) for i in evenly_spaced(len(measured), len(self.tb_layers))]
 
   def log_analysis(self, step: int, layers: dict, scalars: dict) -> None:
     """Analyses of the parameters at `step`, held until that step's logging record."""
@@ -264,7 +264,7 @@ class _Run:
     if self.lead:
       resume.write_config(cfg, workdir, config_changes, start)
       storage.write_json(storage.join(workdir, 'data_info.json'), self.data_info, indent=2)
-    self.logs = _Logs(workdir, start, tb_layer_subset(cfg.model.num_layers, cfg.metrics.tb_layers)
+    self.logs = _Logs(workdir, start, evenly_spaced(cfg.model.num_layers, cfg.metrics.tb_layers)
                       ) if self.lead else None
     if self.lead and not start:  # a resumed run's event files hold them already
       m = cfg.model
@@ -289,7 +289,7 @@ class _Run:
                              (p.state['params'], p.batch, p.replicated), p.replicated,
                              self.state['params'], self.eval_set[0], self.state['step'])
     self.analyzer = Analyzer(model, p, init_blocks, self.eval_set[0],
-                             cfg.metrics.analysis_batch_size, t.seed, cfg
+                             cfg.metrics.analysis_batch_size, t.seed, cfg, analysed_layers(cfg)
                              ) if cfg.metrics.analysis_every else None
     host_memory.keep_freed_memory(p.platform)  # the steps' buffers are reused from here on
     distributed.barrier('compiled', COMPILE_WAIT_S)  # start the first collectives together

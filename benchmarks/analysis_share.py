@@ -1,0 +1,130 @@
+"""The periodic analyses' share of a run, estimated for every rung of every experiment file.
+
+  PYTHONPATH=. python benchmarks/metrics_overhead.py --json=/tmp/overhead.json
+  PYTHONPATH=. python benchmarks/analysis_share.py --measured=/tmp/overhead.json
+
+Every rung cannot be run on a 2-core host, so the share comes from a cost model fitted to the
+measured times of benchmarks/metrics_overhead.py. Per token, a block's forward pass costs
+f = 2 N_block + 4 T D FLOPs and the head's h = 2 D V; a train step B T 3 (L f + h); an
+analysis on b rows b T (P L f + L h) for the probe scan (P = 3: the statistics forward pass
+and the jvp's two) and the logit lens, b T K (L f + h) for the K skip passes, and
+sum 4 m^2 n (m <= n) for the SVDs of the erank of K layers' matrices and activations.
+The measured analysis / plain-step ratios fit r = a * passes / step + c * svd / step
+(least squares on relative error, a, c >= 0); each rung's r is the fit times (1 + the
+fit's largest relative error on the measured points). Share = n r / (steps + n r) for the
+n analyses of a run (every metrics.analysis_every steps and at the last), compile excluded;
+printed for the rung's own cadence and for the default one (analyses switched on).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import math
+
+import jax
+import numpy as np
+from scipy.optimize import nnls
+
+from benchmarks.common import table
+from benchmarks.metrics_overhead import analysis_steps, config
+from depthscale import experiment
+from depthscale.config import default_config
+from depthscale.model.transformer import make_model
+from depthscale.training.analysis import analysed_layers
+from depthscale.training.optim import make_optimizer
+from depthscale.training.steps import init_state
+
+PROBE_PASSES = 3
+
+
+def _matrices(cfg) -> list[tuple[int, ...]]:
+  """Per-layer shapes of the block's matrices (leaves with a layer axis and >= 2 more)."""
+  state = jax.eval_shape(lambda: init_state(make_model(cfg), make_optimizer(cfg), 0, cfg.data.seq_len))
+  return [w.shape[1:] for w in jax.tree.leaves(state['params']['blocks']) if len(w.shape) >= 3]
+
+
+def _svd_flops(m: int, n: int) -> float:
+  m, n = min(m, n), max(m, n)
+  return 4.0 * m * m * n
+
+
+def costs(cfg) -> dict[str, float]:
+  """FLOP counts of one train step, the analysis's passes and its SVDs (see the docstring)."""
+  m, d = cfg.model, cfg.model.d_model
+  mats = _matrices(cfg)
+  n_block = sum(math.prod(s) for s in mats)
+  f = 2 * n_block + 4 * cfg.data.seq_len * d
+  h = 2 * d * m.vocab_size
+  big, rows = cfg.data.batch_size * cfg.data.seq_len, cfg.metrics.analysis_batch_size * cfg.data.seq_len
+  k, l = len(analysed_layers(cfg)), m.num_layers
+  as_matrix = lambda s: (d, math.prod(s[1:])) if s[0] == d else (math.prod(s[:-1]), s[-1])
+  svd = k * (sum(_svd_flops(*as_matrix(s)) for s in mats) + _svd_flops(rows, d))
+  return {'step': 3.0 * big * (l * f + h),
+          'passes': rows * (PROBE_PASSES * l * f + l * h + k * (l * f + h)), 'svd': svd}
+
+
+def fit(measured: dict, d_model: int, heads: int, seq_len: int, batch: int):
+  """(a, c, largest relative error) of r = a passes/step + c svd/step on the measured points."""
+  xs, ys = [], []
+  for layers, m in measured.items():
+    for name, n in (('analysis', None), ('full', 0)):
+      if f'{name}_s' in m:
+        cfg = config(int(layers), d_model, heads, seq_len, batch)
+        if n is not None:
+          cfg.metrics.analysis_layers = n
+        c = costs(cfg)
+        xs.append([c['passes'] / c['step'], c['svd'] / c['step']])
+        ys.append(m[f'{name}_s'] / m['plain_s'])
+  x, y = np.asarray(xs), np.asarray(ys)
+  coef, _ = nnls(x / y[:, None], np.ones(len(y)))  # relative residuals
+  err = np.abs(x @ coef / y - 1)
+  return coef[0], coef[1], float(err.max()), list(zip(y, x @ coef))
+
+
+def rungs():
+  """(file, arg, rung, config) of every experiment file, its size arguments included."""
+  for path in sorted(glob.glob('experiments/*.py')):
+    module = experiment.load_module(path)
+    for arg in [None] + list(getattr(module, 'SIZES', {})):
+      for r, cfg in experiment.resolve(path + (f':{arg}' if arg else ''), check_machine=False):
+        yield path.split('/')[-1], arg or '', r.name, cfg
+
+
+def main() -> None:
+  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p.add_argument('--measured', required=True, help='JSON written by metrics_overhead.py --json')
+  p.add_argument('--d_model', type=int, default=64)
+  p.add_argument('--heads', type=int, default=2)
+  p.add_argument('--seq_len', type=int, default=32)
+  p.add_argument('--batch', type=int, default=16)
+  args = p.parse_args()
+  with open(args.measured) as f:
+    measured = json.load(f)
+  a, c, err, points = fit(measured, args.d_model, args.heads, args.seq_len, args.batch)
+  print(f'fit: a = {a:.3g}, c = {c:.3g}; measured vs fitted r: ' +
+        ', '.join(f'{y:.2f} / {z:.2f}' for y, z in points) + f'; margin x{1 + err:.2f}')
+  every = default_config().metrics.analysis_every
+  rows, seen = [], set()
+  for name, arg, _, cfg in rungs():
+    m = cfg.model
+    key = (name, arg, m.num_layers, m.d_model, cfg.data.seq_len, cfg.data.batch_size,
+           cfg.train.steps, cfg.metrics.analysis_every)
+    if key in seen:
+      continue
+    seen.add(key)
+    k = costs(cfg)
+    r = (a * k['passes'] + c * k['svd']) / k['step'] * (1 + err)
+    own = cfg.metrics.analysis_every
+    share = lambda e: analysis_steps(cfg.train.steps, e) * r / (
+        cfg.train.steps + analysis_steps(cfg.train.steps, e) * r)
+    rows.append([name, arg, m.num_layers, m.d_model, cfg.data.seq_len, cfg.data.batch_size,
+                 cfg.train.steps, own, r, f'{100 * share(own):.1f}%' if own else '-',
+                 f'{100 * share(every):.1f}%'])
+  print(table(['file', 'arg', 'L', 'D', 'T', 'B', 'steps', 'every', 'r (steps)', 'share',
+               f'share @{every}'], rows))
+
+
+if __name__ == '__main__':
+  main()
