@@ -106,7 +106,8 @@ def final_profiles(profiles: dict[str, dict[str, list[float]]], path: str,
     ax.set(xlabel='l / L', title=metric)
   for ax in axes.flat[len(shown):]:
     ax.axis('off')
-  axes.flat[0].legend(fontsize=6)
+  if shown:
+    axes.flat[0].legend(fontsize=6)
   fig.tight_layout()
   save(fig, path)
 
