@@ -52,15 +52,18 @@ class Gpu:
 
 _KIB, _MIB = 1 << 10, 1 << 20
 _XLA_SPECS = "device facts as in XLA's GPU target configs (xla/backends/gpu/target_config/specs/"
+_H100 = Gpu('NVIDIA H100 80GB HBM3', (9, 0), 132, 128, 1.98, 50 * _MIB, 228 * _KIB, 227 * _KIB,
+            84_942_979_072, 3.35e12, 989e12,
+            'NVIDIA H100 Tensor Core GPU datasheet, SXM5: 989 TFLOPS dense BF16 (1,979 with '
+            f'sparsity), 80 GB HBM3 at 3.35 TB/s; {_XLA_SPECS}h100_sxm.txtpb)')
 GPUS = {
-    'h100': Gpu('NVIDIA H100 80GB HBM3', (9, 0), 132, 128, 1.98, 50 * _MIB, 228 * _KIB,
-                227 * _KIB, 84_942_979_072, 3.35e12, 989e12,
-                'NVIDIA H100 Tensor Core GPU datasheet, SXM5: 989 TFLOPS dense BF16 (1,979 '
-                f'with sparsity), 80 GB HBM3 at 3.35 TB/s; {_XLA_SPECS}h100_sxm.txtpb)'),
-    'h200': Gpu('NVIDIA H200 141GB HBM3e', (9, 0), 132, 128, 1.98, 50 * _MIB, 228 * _KIB,
-                227 * _KIB, 151_397_597_184, 4.8e12, 989e12,
-                'NVIDIA H200 Tensor Core GPU datasheet, SXM: 989 TFLOPS dense BF16, 141 GB '
-                f'HBM3e at 4.8 TB/s; {_XLA_SPECS}h200.txtpb)'),
+    'h100': _H100,
+    # the H100's chip with more and faster memory
+    'h200': dataclasses.replace(
+        _H100, description='NVIDIA H200 141GB HBM3e', memory_bytes=151_397_597_184,
+        hbm_bytes_per_s=4.8e12,
+        source='NVIDIA H200 Tensor Core GPU datasheet, SXM: 989 TFLOPS dense BF16, 141 GB '
+               f'HBM3e at 4.8 TB/s; {_XLA_SPECS}h200.txtpb)'),
     'a100-80g': Gpu('NVIDIA A100-SXM4-80GB', (8, 0), 108, 64, 1.41, 40 * _MIB, 164 * _KIB,
                     163 * _KIB, 85_100_068_864, 2.039e12, 312e12,
                     'NVIDIA A100 Tensor Core GPU datasheet, 80GB SXM: 312 TFLOPS dense BF16, '
