@@ -1,6 +1,7 @@
 """Command line: python -m depthscale.main --config=experiments/FILE.py[:ARG] --workdir=DIR
 [--config.SECTION.FIELD=VALUE ...] [--rung=NAME_OR_INDEX] [--allow_config_change] [--verbose]
-[--dry_run [--topology=v5p-64 [--num_slices=N]] [--dry_run_json=PATH]]
+[--dry_run [--topology=v5p-64 [--num_slices=N] | --topology=h100-8 [--num_nodes=N]]
+[--dry_run_json=PATH]]
 [--coordinator_address=HOST:PORT --num_processes=N --process_id=I | --multi_host].
 
 Exit codes: 0 finished (or preempted by SIGTERM after a checkpoint), 2 bad input (one line
@@ -31,9 +32,13 @@ _RUNG = flags.DEFINE_string('rung', None, 'Run only this rung (name or 0-based i
 _DRY_RUN = flags.DEFINE_bool('dry_run', False, 'Compile every rung for the mesh and report '
                              'parameters, per-device memory and shardings; no training.')
 _TOPOLOGY = flags.DEFINE_string('topology', None, 'With --dry_run: compile for this TPU slice '
-                                '(v5p-64, v5e-256, v4-128, v6e-16, ...; needs libtpu, no TPU).')
-_NUM_SLICES = flags.DEFINE_integer('num_slices', 1, 'With --topology: slices of it joined over '
-                                   'DCN (mesh.dcn_data defaults to this).')
+                                '(v5p-64, v5e-256, v4-128, v6e-16, ...; needs libtpu, no TPU) '
+                                'or node of 8 GPUs (h100-8, h200-8, a100-80g-8, b200-8; needs '
+                                'the gpu extra, no GPU).')
+_NUM_SLICES = flags.DEFINE_integer('num_slices', 1, 'With a TPU --topology: slices of it joined '
+                                   'over DCN (mesh.dcn_data defaults to this).')
+_NUM_NODES = flags.DEFINE_integer('num_nodes', 1, 'With a GPU --topology: nodes of it (the mesh '
+                                  'spans all their GPUs).')
 _DRY_RUN_JSON = flags.DEFINE_string('dry_run_json', None, 'With --dry_run: also write the '
                                     'table (one record per rung) to this JSON file.')
 _COORDINATOR = flags.DEFINE_string('coordinator_address', None, 'Multi-process: HOST:PORT of '
@@ -87,8 +92,9 @@ def main(argv: list[str]) -> None:
     _usage_error('--coordinator_address needs --num_processes and --process_id')
   if (_TOPOLOGY.value or _DRY_RUN_JSON.value) and not _DRY_RUN.value:
     _usage_error('--topology and --dry_run_json need --dry_run')
-  if _TOPOLOGY.value and not topology.has_libtpu():
-    _usage_error(f'--topology needs the TPU compiler (no TPU): {topology.INSTALL_HINT}')
+  missing = _TOPOLOGY.value and topology.missing_compiler(_TOPOLOGY.value)
+  if missing:
+    _usage_error(missing)
   distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value,
                          force=_MULTI_HOST.value)
   overrides = config_flags.get_override_values(flags.FLAGS['config'])
@@ -98,7 +104,7 @@ def main(argv: list[str]) -> None:
     storage.check_bucket(_DRY_RUN_JSON.value or '', '--dry_run_json')
     if _DRY_RUN.value:
       dryrun.dry_run(config_arg, overrides, _RUNG.value, _TOPOLOGY.value, _NUM_SLICES.value,
-                     _DRY_RUN_JSON.value)
+                     _DRY_RUN_JSON.value, num_nodes=_NUM_NODES.value)
     else:
       run_ladder(config_arg, _WORKDIR.value, overrides, _RUNG.value, _ALLOW_CHANGE.value)
   except ConfigError as e:

@@ -22,6 +22,15 @@ at 14.7 GiB. XLA's cost analysis counts only 16% of the analytic FLOPs of this m
 estimate rests on the analytic count.
 TPU dry run on v5p-64: every rung fits (peak 46.4 GiB of 88.5 GiB per chip); estimated step
 0.259 s (roofline estimate, not measured).
+On H100 nodes (`--dry_run --topology=h100-8 [--num_nodes=2]`, recorded in
+experiments/dryrun/pod_1b.h100-8x1.json and experiments/dryrun/pod_1b.h100-8x2.json), both
+steps run cuDNN's fused attention; as configured, the activations of 32 (one node) or 16
+(two nodes) sequences per GPU exceed the 71.2 GiB XLA may use of an H100, and
+`model.remat=nothing_saveable` fits them at 31.4 GiB (one node) or 15.8 GiB (two nodes).
+GPU dry run on 1 h100-8 node: not every rung fits (peak 154.8 GiB of 71.2 GiB usable per GPU;
+cuDNN's fused attention); estimated step 0.481 s (roofline estimate, not measured).
+GPU dry run on 2 h100-8 nodes: not every rung fits (peak 77.5 GiB of 71.2 GiB usable per GPU;
+cuDNN's fused attention); estimated step 0.241 s (roofline estimate, not measured).
 """
 
 from depthscale.experiment import study_config

@@ -25,6 +25,11 @@ Paper size on TPU (`--dry_run --topology=v5p-8`, recorded in
 experiments/dryrun/repro_curse_of_depth.paper.v5p-8.json): v5p-8 is the smallest v5p slice.
 TPU dry run on v5p-8: every rung fits (peak 37.9 GiB of 88.5 GiB per chip); estimated step
 0.104-0.115 s (roofline estimate, not measured).
+On H100 nodes (`--dry_run --topology=h100-8`, recorded in
+experiments/dryrun/repro_curse_of_depth.paper.h100-8x1.json): one node holds the ladder,
+8-way data parallel; model.dtype=float32, so XLA's attention runs (cuDNN fuses bf16 / f16).
+GPU dry run on 1 h100-8 node: every rung fits (peak 25.8 GiB of 71.2 GiB usable per GPU;
+XLA's attention); estimated step 0.0562-0.068 s (roofline estimate, not measured).
 """
 
 from depthscale.ladder import Rung, cross

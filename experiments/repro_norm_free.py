@@ -14,6 +14,12 @@ smallest v5p slice (the TPU compiler refuses the DyT rung there), so v5p-16 is t
 that holds them; 85.2M parameters per rung (byte vocabulary), 8-way data parallel.
 TPU dry run on v5p-16: every rung fits (peak 58.2 GiB of 88.5 GiB per chip); estimated step
 0.14-0.147 s (roofline estimate, not measured).
+On H100 nodes (`--dry_run --topology=h100-8 --num_nodes=2`, recorded in
+experiments/dryrun/repro_norm_free.paper.h100-8x2.json): two nodes are the fewest that hold
+the ladder, 16-way data parallel; on one node (64 sequences per GPU) the LayerNorm rung's
+peak is 120.2 GiB. model.dtype=float32, so XLA's attention runs (cuDNN fuses bf16 / f16).
+GPU dry run on 2 h100-8 nodes: every rung fits (peak 65.2 GiB of 71.2 GiB usable per GPU;
+XLA's attention); estimated step 0.12-0.123 s (roofline estimate, not measured).
 """
 
 from depthscale.ladder import Rung, cross

@@ -21,6 +21,13 @@ of temporaries against 95.7 GB of HBM per chip; `model.remat=nothing_saveable` w
 it at a peak of 24.5 GiB); 302.4M parameters per rung, 8-way data parallel.
 TPU dry run on v5p-16: every rung fits (peak 63.7 GiB of 88.5 GiB per chip); estimated step
 0.2 s (roofline estimate, not measured).
+On H100 nodes (`--dry_run --topology=h100-8 --num_nodes=4`, recorded in
+experiments/dryrun/repro_training_dynamics.paper.h100-8x4.json): four nodes are the fewest
+that hold the ladder as configured, 32-way data parallel; on two nodes (16 sequences per
+GPU) the Pre-LN rung's peak is 79.5 GiB (`model.remat=nothing_saveable` would fit it at
+10.0 GiB). model.dtype=float32, so XLA's attention runs (cuDNN fuses bf16 / f16).
+GPU dry run on 4 h100-8 nodes: every rung fits (peak 42.4 GiB of 71.2 GiB usable per GPU;
+XLA's attention); estimated step 0.0908 s (roofline estimate, not measured).
 """
 
 from depthscale.ladder import Rung, cross

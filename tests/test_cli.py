@@ -13,7 +13,7 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from depthscale.storage import read_jsonl
-from depthscale.training import host_libtpu, topology
+from depthscale.training import host_cuda, host_libtpu, topology
 
 pytestmark = pytest.mark.slow  # subprocesses of the CLI, end to end
 
@@ -120,19 +120,24 @@ LIBTPU_NO_HOST = ('Failed to find host bounds', 'unexpected worker hostname',
                   'could not determine TPU')
 
 
-@pytest.mark.skipif(not topology.has_libtpu() or host_libtpu.has_tpu(),
-                    reason='needs libtpu and a host without a TPU')
-def test_libtpu_starts_quietly_without_a_tpu(tmp_path, experiment):
+# The CUDA plugin's start-up failure on a host without a GPU when its driver check runs.
+CUDA_PLUGIN_NO_DRIVER = ('Jax plugin configuration error', 'Unable to load cuPTI')
+
+
+@pytest.mark.skipif(not topology.has_libtpu() or host_libtpu.has_tpu() or host_cuda.has_gpu(),
+                    reason='needs libtpu and a host without a TPU or GPU')
+def test_libtpu_and_the_cuda_plugin_start_quietly_without_a_tpu_or_gpu(tmp_path, experiment):
   """A dry run for a TPU slice without $JAX_PLATFORMS starts libtpu for the slice's devices
-  and probes this host for TPU devices, as a training run does; it prints none of libtpu's
-  lines about a host it cannot find."""
-  env = {k: v for k, v in os.environ.items()
-         if k != 'JAX_PLATFORMS' and k not in host_libtpu.ONE_HOST}
+  and probes this host for TPU and GPU devices (the CUDA plugin of the gpu extra too), as a
+  training run does; it prints none of libtpu's lines about a host it cannot find, nor the
+  CUDA plugin's about a driver it cannot load."""
+  env = {k: v for k, v in os.environ.items() if k not in (
+      'JAX_PLATFORMS', 'JAX_SKIP_CUDA_CONSTRAINTS_CHECK', *host_libtpu.ONE_HOST)}
   res = _cli(f'--config={experiment}', '--dry_run', '--topology=v5p-8', *TINY, '--rung=pre',
              env=env)
   assert res.returncode == 0, res.stderr[-2000:]
   assert 'dry run on v5p-8' in res.stdout
-  for line in LIBTPU_NO_HOST:
+  for line in LIBTPU_NO_HOST + CUDA_PLUGIN_NO_DRIVER:
     assert line not in res.stdout + res.stderr, res.stderr[-2000:]
 
 

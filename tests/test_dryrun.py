@@ -1,7 +1,9 @@
 """Dry run: XLA's cost scaled by the layer loop's trip count agrees with the unrolled program
-and the analytic count; TPU slices by name; with libtpu, a small ladder compiled for a
-4-chip and a two-slice TPU topology on fsdp x tensor meshes (the Pallas kernel inside, no
-CPU options, the table's memory = memory_analysis())."""
+and the analytic count; TPU slices and GPU nodes by name; with libtpu, a small ladder
+compiled for a 4-chip and a two-slice TPU topology on fsdp x tensor meshes (the Pallas
+kernel inside, no CPU options, the table's memory = memory_analysis()); with the CUDA
+plugin (the gpu extra), a small rung compiled for two H100 nodes (cuDNN's fused attention
+inside) and a float32 one for one node (XLA's attention, and the dry run says why)."""
 
 import json
 
@@ -10,7 +12,7 @@ import pytest
 
 from depthscale.experiment import resolve
 from depthscale.model import ops
-from depthscale.training import dryrun, topology
+from depthscale.training import dryrun, gpus, topology
 from tests.helpers import param_count, tiny_config
 
 
@@ -62,7 +64,7 @@ needs_libtpu = pytest.mark.skipif(not topology.has_libtpu(), reason=topology.INS
 def _check_tpu_report(r, slices):
   assert r['platform'] == 'tpu' and r['devices'] == 4 * slices and r['fits']
   assert r['mesh'] == {'data': slices, 'fsdp': 2, 'tensor': 2}
-  assert all(s['hlo_has_pallas'] for s in r['steps'].values())  # splash attention
+  assert all(s['hlo_has_pallas'] and s['attention'] == 'splash' for s in r['steps'].values())
 
 
 @needs_libtpu
@@ -102,9 +104,9 @@ def test_two_slice_topology_table_memory_is_memory_analysis(tmp_path):
   assert ops.compiler_options(report['platform']) is None
 
 
-def test_estimate_is_the_roofline_of_the_chip():
+@pytest.mark.parametrize('chip', [topology.CHIPS['v5p'], gpus.GPUS['h100']], ids=['v5p', 'h100'])
+def test_estimate_is_the_roofline_of_the_chip(chip):
   """step_s = max(F / peak, B / bw) with F = max(XLA, model) flops; MFU = model / (step_s peak)."""
-  chip = topology.CHIPS['v5p']
   compute_bound = dryrun.estimate(2 * chip.peak_bf16_flops, 1e9, chip.peak_bf16_flops, chip, 1)
   assert compute_bound == pytest.approx({'step_s': 2.0, 'mfu': 0.5})
   memory_bound = dryrun.estimate(1e12, 4 * chip.hbm_bytes_per_s, 2e12, chip, 2)
@@ -145,3 +147,103 @@ def test_a_rung_the_tpu_compiler_refuses_is_reported_and_the_ladder_goes_on(tmp_
   assert {k: v for k, v in reports[1].items() if k != 'non_embedding_params'} == {
       'rung': 'L2', 'params': param_count(two_layers), 'fits': False, 'error': refused,
       'to_fit': 'none of the alternatives tried'}
+
+
+def test_gpu_node_names_count_nodes_of_eight():
+  got = {n: (topology.parse(n, num_nodes=k).chips, topology.parse(n, num_nodes=k).platform)
+         for n, k in (('h100-8', 1), ('h200-8', 2), ('a100-80g-8', 4), ('b200-8', 1))}
+  assert got == {'h100-8': (8, 'gpu'), 'h200-8': (16, 'gpu'), 'a100-80g-8': (32, 'gpu'),
+                 'b200-8': (8, 'gpu')}
+  assert topology.parse('v5p-8').platform == 'tpu'
+  for name, slices, nodes, field in (('h100-4', 1, 1, '--topology'),
+                                     ('h100-8', 2, 1, '--num_slices'),
+                                     ('v5p-8', 1, 2, '--num_nodes'),
+                                     ('h100-8', 1, 0, '--num_nodes')):
+    with pytest.raises(ValueError, match=field):
+      topology.parse(name, slices, nodes)
+  assert topology.missing_compiler('h100-8') in (None, f'--topology=h100-8 needs the CUDA compiler '
+                                                       f'(no GPU): {gpus.INSTALL_HINT}')
+
+
+def _gpu_devices(gpu: str, nodes: int) -> list:
+  """Compile-only devices of `nodes` nodes; the README's test command installs the plugin, so
+  a missing one fails here rather than skipping."""
+  if not gpus.has_cuda_plugin():
+    pytest.fail(f'the GPU dry-run tests need the CUDA plugin (the gpu extra): {gpus.INSTALL_HINT}')
+  return gpus.devices(gpus.GPUS[gpu], nodes)
+
+
+def test_every_gpu_of_the_table_gives_compile_only_devices():
+  """The target configs parse: one device per GPU of every node, named as CUDA names it."""
+  for name, gpu in gpus.GPUS.items():
+    devices = _gpu_devices(name, 2)
+    assert [d.process_index for d in devices] == [0] * 8 + [1] * 8
+    assert {(d.platform, d.device_kind) for d in devices} == {('gpu', gpu.description)}
+    assert devices[0].compute_capability == '.'.join(map(str, gpu.compute_capability))
+
+
+GPU_RUNG = {'model.d_model': 64, 'model.num_heads': 2, 'model.num_kv_heads': 1,
+            'model.num_layers': 1, 'data.seq_len': 128, 'data.batch_size': 16,
+            'model.dtype': 'bfloat16', 'mesh.data': -1, 'mesh.fsdp': 8}
+
+
+@pytest.mark.filterwarnings('ignore:Error reading persistent compilation cache')
+def test_small_rung_compiles_for_two_h100_nodes_with_cudnn_attention():
+  """Two H100 nodes (16 GPUs, data 2 x fsdp 8): both steps hold cuDNN's fused attention
+  forward and backward, the table's memory is memory_analysis() against 90% of the H100's,
+  no CPU or TPU option reaches the program, and XLA's cost of the GPU program (by the CPU
+  cost model) counts the model's matmul FLOPs (6 N per token; not cuDNN's 12 L T D)."""
+  s = topology.parse('h100-8', num_nodes=2)
+  devices = _gpu_devices('h100', 2)
+  cfg = tiny_config(**GPU_RUNG)
+  compiled = {}
+  r, _ = dryrun.check_rung(cfg, devices, s, compiled_out=compiled)
+  assert (r['platform'], r['devices'], r['num_nodes'], r['mesh']) == (
+      'gpu', 16, 2, {'data': 2, 'fsdp': 8, 'tensor': 1})
+  assert r['fits'] and r['hbm_bytes_per_device'] == 0.9 * 84_942_979_072
+  assert 'attention_note' not in r
+  for kind, c in compiled.items():
+    hlo = c.as_text()
+    assert '__cudnn$fmhaSoftmax"' in hlo and '__cudnn$fmhaSoftmaxBackward"' in hlo
+    assert r['steps'][kind]['attention'] == 'cudnn'
+    mem, table = c.memory_analysis(), r['steps'][kind]['memory']
+    assert (table['argument'], table['temp']) == (mem.argument_size_in_bytes,
+                                                 mem.temp_size_in_bytes)
+    assert 'onednn' not in hlo.lower() and 'tpu_custom_call' not in hlo  # no CPU, TPU kernels
+  assert ops.compiler_options(r['platform'], 16) is None
+  flops, bytes_ = dryrun.cost(compiled['plain'])  # one layer: the loop body counts it all
+  assert 0.7 < flops / r['model_flops_per_device'] < 1.1  # cuDNN's attention FLOPs uncounted
+  assert bytes_ > r['steps']['plain']['memory']['argument']  # every parameter is read
+  record = {'topology': 'h100-8', 'num_slices': 1, 'num_nodes': 2,
+            'rungs': [{**r, 'estimate': dryrun.estimate(flops, bytes_, flops, s.chip, 1)}]}
+  assert dryrun.summary(record).startswith('GPU dry run on 2 h100-8 nodes: every rung fits')
+  assert "cuDNN's fused attention" in dryrun.summary(record)
+
+
+@pytest.mark.filterwarnings('ignore:Error reading persistent compilation cache')
+def test_float32_rung_on_a_gpu_node_runs_xla_attention_and_says_why(tmp_path, capsys):
+  """cuDNN fuses bf16 and f16 only: a float32 rung's GPU program has XLA's attention, and
+  the table and the JSON say so."""
+  path, out = tmp_path / 'ladder.py', tmp_path / 'dry.json'
+  _gpu_devices('h100', 1)
+  overrides = {**GPU_RUNG, 'model.dtype': 'float32', 'data.batch_size': 8}
+  path.write_text(f'''
+from depthscale.ladder import Rung
+from tests.helpers import tiny_config
+
+def get_config(arg=None):
+  return tiny_config(**{overrides!r})
+
+def get_ladder(arg=None):
+  return [Rung('f32', {{}})]
+''')
+  r, = dryrun.dry_run(str(path), None, None, 'h100-8', 1, str(out), shardings=False,
+                      scale_cost=False)
+  assert r['steps']['plain']['attention'] == r['steps']['stats']['attention'] == 'xla'
+  assert r['attention_note'] == ("XLA's attention on GPU: dtype float32 (cuDNN fuses bfloat16 "
+                                 'and float16)')
+  printed = capsys.readouterr().out
+  assert 'dry run on h100-8 x 1 node(s) (8 x NVIDIA H100 80GB HBM3' in printed
+  assert f'note: {r["attention_note"]}' in printed
+  record = json.loads(out.read_text())
+  assert record['num_nodes'] == 1 and record['gpu_source'] == gpus.GPUS['h100'].source

@@ -162,3 +162,20 @@ def test_a_fake_cpu_mesh_compiles_without_onednn():
   """oneDNN only for one CPU device: with several, its thread-pool adaptor crashed."""
   assert ops.compiler_options('cpu', devices=8) in (None, ops.CACHEABLE_CPU_COMPILER_OPTIONS)
   assert ops.compiler_options('tpu', devices=8) is None
+
+
+def test_cudnn_kernel_takes_xla_attention_where_cudnn_does_not_apply():
+  """cuDNN's fused attention takes bf16/f16 inputs, head dims that are multiples of 8 up to 128
+  and the causal mask alone; otherwise the 'cudnn' kernel computes XLA's attention (on this
+  CPU host cuDNN's kernel would not trace at all), equal to a float64 reference."""
+  assert ops.cudnn_unsupported(jnp.bfloat16, 128, False) is None
+  assert ops.cudnn_unsupported(jnp.float16, 64, False) is None
+  assert 'dtype float32' in ops.cudnn_unsupported(jnp.float32, 64, False)
+  assert 'head dim 136' in ops.cudnn_unsupported(jnp.bfloat16, 136, False)
+  assert 'head dim 12' in ops.cudnn_unsupported(jnp.bfloat16, 12, False)
+  assert 'document mask' in ops.cudnn_unsupported(jnp.bfloat16, 64, True)
+  q, k, v = jax.random.normal(jax.random.PRNGKey(6), (3, 2, 8, 2, 16))
+  got = ops.attention(q, k, v, 0.4, 'cudnn')  # float32: XLA's composition
+  with jax.enable_x64(True):
+    want = _textbook_attention(*(jnp.asarray(a, jnp.float64) for a in (q, k, v)), 0.4)
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

@@ -237,19 +237,39 @@ def splash_attention(q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, scale, interpret: bool = F
                        check_vma=False)(q_BxTxHxE, k_BxTxKxE, v_BxTxKxE)
 
 
+# cuDNN's fused (flash) attention in JAX: bf16 or f16 inputs, a head dim that is a multiple of
+# 8 and at most 128 (jax.nn.dot_product_attention allows 256 from Hopper on, but reads the
+# architecture from the host's default devices: 128 keeps the dry run's program the
+# cluster's), and no mask beyond the causal one.
+CUDNN_MAX_HEAD_DIM = 128
+
+
+def cudnn_unsupported(dtype, head_dim: int, document_mask: bool) -> str | None:
+  """Why cuDNN's fused attention does not take these inputs (XLA's composition then runs),
+  None where it does."""
+  if jnp.dtype(dtype) not in (jnp.bfloat16, jnp.float16):
+    return f'dtype {jnp.dtype(dtype).name} (cuDNN fuses bfloat16 and float16)'
+  if head_dim % 8 or head_dim > CUDNN_MAX_HEAD_DIM:
+    return f'head dim {head_dim} (cuDNN: a multiple of 8, at most {CUDNN_MAX_HEAD_DIM})'
+  if document_mask:
+    return 'document mask (cuDNN here: the causal mask only)'
+  return None
+
+
 def attention(q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, scale=None, kernel: str = 'xla',
               segment_ids=None):
   """Causal softmax attention by `kernel` (see default_attention_kernel): 'splash' the
   Pallas TPU kernel ('splash_interpret': the same kernel interpreted, on any backend);
-  'cudnn' cuDNN's fused kernel (bf16 or f16 inputs); 'blocked' the CPU query-blocked
-  composition (1.5x XLA's full masked composition, forward and backward, at T = 256);
-  'xla' XLA's full masked composition. Fallbacks to XLA's composition: splash when T is
-  not a multiple of 128, cuDNN for float32 inputs, blocked when T is not a multiple of its
-  block. No attention variant of the model needs explicit scores in the train step (the
-  QK-norm variants act on q and k, learnable scales on q); the analyses' attention entropy
-  computes its own probabilities. segment_ids (BxT ints, or None): document masking, no
-  query attends to a key of another segment (the blocked kernel or XLA's composition with
-  the mask; splash and cuDNN then fall back to XLA's composition)."""
+  'cudnn' cuDNN's fused kernel (where cudnn_unsupported allows); 'blocked' the CPU
+  query-blocked composition (1.5x XLA's full masked composition, forward and backward, at
+  T = 256); 'xla' XLA's full masked composition. Fallbacks to XLA's composition: splash
+  when T is not a multiple of 128, cuDNN where cudnn_unsupported names a reason, blocked
+  when T is not a multiple of its block. No attention variant of the model needs explicit
+  scores in the train step (the QK-norm variants act on q and k, learnable scales on q);
+  the analyses' attention entropy computes its own probabilities. segment_ids (BxT ints,
+  or None): document masking, no query attends to a key of another segment (the blocked
+  kernel or XLA's composition with the mask; splash and cuDNN then fall back to XLA's
+  composition)."""
   if kernel not in ATTENTION_KERNELS:
     raise ValueError(f'attention kernel {kernel!r}: allowed one of {", ".join(ATTENTION_KERNELS)}')
   t = q_BxTxHxE.shape[1]
@@ -259,7 +279,8 @@ def attention(q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, scale=None, kernel: str = 'xla',
   if kernel == 'blocked' and t > CPU_ATTENTION_BLOCK and t % CPU_ATTENTION_BLOCK == 0:
     return blocked_causal_attention(q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, scale, CPU_ATTENTION_BLOCK,
                                     segment_ids)
-  fused = kernel == 'cudnn' and q_BxTxHxE.dtype in (jnp.bfloat16, jnp.float16) and segment_ids is None
+  fused = kernel == 'cudnn' and cudnn_unsupported(q_BxTxHxE.dtype, q_BxTxHxE.shape[-1],
+                                                  segment_ids is not None) is None
   mask = None if segment_ids is None else document_mask(segment_ids)[:, 0]
   return jax.nn.dot_product_attention(q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, scale=scale, mask=mask,
                                       is_causal=True, implementation='cudnn' if fused else None)

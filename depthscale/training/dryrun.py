@@ -1,7 +1,8 @@
 """Ahead-of-time check of a ladder: compile every rung's plain and statistics train steps
-for the configured mesh (this host's devices, or a TPU slice compiled for on any host)
-without training; report parameters, per-device memory and its fit, compile times, XLA's
-cost per step, an estimate of step time and MFU, and the shardings."""
+for the configured mesh (this host's devices, or a TPU slice or GPU nodes compiled for on
+any host) without training; report parameters, per-device memory and its fit, compile
+times, the attention kernel in the program, XLA's cost per step, an estimate of step time
+and MFU, and the shardings."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax._src import xla_bridge
+from jax._src.lib import _jax
 
 from depthscale import storage
 from depthscale.errors import ConfigError
@@ -17,7 +20,7 @@ from depthscale.experiment import resolve
 from depthscale.model import ops
 from depthscale.model.param_tree import LOOP_LORA
 from depthscale.model.transformer import make_model, param_counts
-from depthscale.training import sharding, topology
+from depthscale.training import gpus, sharding, topology
 from depthscale.training.optim import make_optimizer, schedule
 from depthscale.training.steps import init_state, make_train_step
 
@@ -28,6 +31,10 @@ ESTIMATE = ('estimate (not measured): step_s = max(F / peak_bf16, B / hbm_bw) pe
             'token (N: matmul parameters), 100% where those FLOPs at peak bound the step (an '
             'upper bound); bf16 peak even for model.dtype=float32, whose matmuls take several '
             'MXU passes')
+GPU_ESTIMATE = ESTIMATE.replace('MXU passes', "tensor-core passes; XLA's flops and bytes of "
+                                'the GPU program by the host CPU\'s cost model (a compile-only '
+                                'GPU executable has none), custom calls (cuBLAS, cuDNN) not '
+                                'counted')
 
 # Below this share of the analytic FLOPs, XLA's count is flagged as an undercount. Measured:
 # the Pallas kernels' FLOPs are not counted (0.86 for training_dynamics' paper rungs at T
@@ -87,8 +94,13 @@ def memory(compiled) -> dict[str, float]:
 
 
 def cost(compiled) -> tuple[float, float]:
-  """(flops, bytes accessed) per device of XLA's cost analysis (loop bodies counted once)."""
+  """(flops, bytes accessed) per device of XLA's cost analysis (loop bodies counted once). A
+  compile-only GPU executable has none: its optimized per-device module is analysed by
+  XLA's CPU cost model (fusions as kernels; custom calls such as cuBLAS and cuDNN count 0)."""
   c = compiled.cost_analysis()
+  if c is None:
+    module = compiled.runtime_executable().hlo_modules()[0]
+    c = _jax.hlo_module_cost_analysis(xla_bridge.get_backend('cpu'), module)
   c = c[0] if isinstance(c, (list, tuple)) else c
   return float(c.get('flops', 0.0)), float(c.get('bytes accessed', 0.0))
 
@@ -133,6 +145,28 @@ def estimate(flops: float, bytes_: float, model: float, chip: topology.Chip,
   return {'step_s': step_s, 'mfu': model / (step_s * peak)}
 
 
+ATTENTION = {'cudnn': "cuDNN's fused attention", 'splash': 'Pallas splash attention',
+             'xla': "XLA's attention"}
+
+
+def attention_in(hlo: str) -> str:
+  """The attention kernel a compiled program holds (a key of ATTENTION)."""
+  if '__cudnn$fmha' in hlo:
+    return 'cudnn'
+  return 'splash' if 'tpu_custom_call' in hlo else 'xla'
+
+
+def why_not_cudnn(cfg) -> str:
+  """Why a GPU program of this rung runs XLA's attention instead of cuDNN's."""
+  m = cfg.model
+  if m.attention_kernel not in ('auto', 'cudnn'):
+    return f'model.attention_kernel={m.attention_kernel}'
+  if m.moda:
+    return 'model.moda (its own scores over the layers)'
+  return ops.cudnn_unsupported(m.dtype, m.d_model // m.num_heads, cfg.data.document_mask) or (
+      'an attention variant with its own scores')
+
+
 def check_rung(cfg, devices=None, slice_: topology.Slice | None = None, scale_cost: bool = False,
                compiled_out: dict | None = None) -> tuple[dict[str, Any], list[str]]:
   """Compiles the rung's plain and statistics train steps (kept in compiled_out if given,
@@ -143,8 +177,10 @@ def check_rung(cfg, devices=None, slice_: topology.Slice | None = None, scale_co
     if compiled_out is not None:
       compiled_out[kind] = compiled
     flops, bytes_ = cost(compiled)
+    hlo = compiled.as_text()
     steps[kind] = {'compile_s': seconds, 'memory': memory(compiled), 'xla_flops': flops,
-                   'xla_bytes': bytes_, 'hlo_has_pallas': 'tpu_custom_call' in compiled.as_text()}
+                   'xla_bytes': bytes_, 'hlo_has_pallas': 'tpu_custom_call' in hlo,
+                   'attention': attention_in(hlo)}
   n_dev = plan.mesh.devices.size
   total, non_emb = param_counts(plan.abstract_state['params'])
   report = {'params': total, 'non_embedding_params': non_emb, 'mesh': dict(plan.mesh.shape),
@@ -152,12 +188,16 @@ def check_rung(cfg, devices=None, slice_: topology.Slice | None = None, scale_co
             'device_kind': plan.mesh.devices.flat[0].device_kind, 'steps': steps,
             'peak_bytes_per_device': max(s['memory']['peak'] for s in steps.values()),
             'model_flops_per_device': model_flops(cfg, plan.abstract_state['params']) / n_dev}
+  if plan.platform == 'gpu' and steps['plain']['attention'] == 'xla':
+    report['attention_note'] = f"XLA's attention on GPU: {why_not_cudnn(cfg)}"
   if scale_cost:
     report['xla_flops_per_device'], report['xla_bytes_per_device'] = layer_scaled_cost(cfg, devices)
   if slice_ is not None:
     per_chip = n_dev // (slice_.chips * slice_.num_slices)
     report.update(slice=slice_.name, num_slices=slice_.num_slices, topology=slice_.topology,
                   hbm_bytes_per_device=slice_.chip.hbm_bytes / per_chip)
+    if slice_.platform == 'gpu':
+      report['num_nodes'] = slice_.num_nodes
     report['fits'] = report['peak_bytes_per_device'] <= report['hbm_bytes_per_device']
     if scale_cost:
       report['estimate'] = estimate(report['xla_flops_per_device'], report['xla_bytes_per_device'],
@@ -216,6 +256,7 @@ def _line(rung: str, r: dict, width: int) -> str:
          f'{mem(r["peak_bytes_per_device"])}')
   if 'fits' in r:
     row += f' {mem(r["hbm_bytes_per_device"])} {"FITS" if r["fits"] else "DOES NOT FIT":<12}'
+    row += f' {plain["attention"]:<6}'
   if 'xla_flops_per_device' in r:
     row += (f' {r["xla_flops_per_device"] / 1e12:8.2f} {r["model_flops_per_device"] / 1e12:8.2f}'
             f' {r["xla_bytes_per_device"] / 1e9:8.1f}')
@@ -228,25 +269,37 @@ HEADER = (f'{"params_M":>8} {"mesh d,f,t":<14} {"c_plain":>6} {"c_stats":>6} '
           f'{"arg_GiB":>8} {"tmp_GiB":>8} {"tmpS_GiB":>8} {"peak_GiB":>8}')
 
 
+def _where(s: topology.Slice | None, n_devices: int) -> str:
+  """The target, as the dry run's first line names it."""
+  if s is None:
+    return f'{jax.device_count()} {jax.devices()[0].platform} devices'
+  if s.platform == 'tpu':
+    return f'{s.name} x {s.num_slices} ({s.topology}, {n_devices} devices)'
+  return (f'{s.name} x {s.num_nodes} node(s) ({n_devices} x {s.chip.description}; XLA may use '
+          f'{gpus.MEMORY_FRACTION:.0%} of each GPU\'s {s.chip.memory_bytes / GIB:.1f} GiB: '
+          f'XLA_PYTHON_CLIENT_MEM_FRACTION={gpus.MEMORY_FRACTION})')
+
+
 def dry_run(config_arg: str, overrides: dict | None = None, rung: str | None = None,
             topology_name: str | None = None, num_slices: int = 1,
             json_path: str | None = None, shardings: bool = True,
-            scale_cost: bool = True) -> list[dict]:
-  """Checks every selected rung (for a TPU slice if topology_name is given); prints a table
-  row per rung (and its shardings), returns the reports, and writes them to json_path.
-  scale_cost (TPU): XLA's cost with every layer counted and the step-time estimate."""
+            scale_cost: bool = True, num_nodes: int = 1) -> list[dict]:
+  """Checks every selected rung (for a TPU slice or num_nodes GPU nodes if topology_name is
+  given); prints a table row per rung (and its shardings), returns the reports, and writes
+  them to json_path. scale_cost (TPU, GPU): XLA's cost with every layer counted and the
+  step-time estimate."""
   devices = slice_ = None
   overrides = dict(overrides or {})
   if topology_name:
-    slice_ = topology.parse(topology_name, num_slices)
+    slice_ = topology.parse(topology_name, num_slices, num_nodes)
     if num_slices > 1:
       overrides.setdefault('mesh.dcn_data', num_slices)
     devices = topology.devices(slice_)
-  header = HEADER + (f' {"HBM_GiB":>8} {"fit":<12} {"xlaTFLOP":>8} {"modTFLOP":>8} {"xla_GB":>8}'
-                     f' {"step_s":>8} {"MFU%":>5}' if slice_ else '')
-  where = (f'{slice_.name} x {num_slices} ({slice_.topology}, {len(devices)} devices)'
-           if slice_ else f'{jax.device_count()} {jax.devices()[0].platform} devices')
-  print(f'dry run on {where}; memory per device, compile times (c_*) in s', flush=True)
+  header = HEADER + (f' {"HBM_GiB":>8} {"fit":<12} {"attn":<6} {"xlaTFLOP":>8} {"modTFLOP":>8}'
+                     f' {"xla_GB":>8} {"step_s":>8} {"MFU%":>5}' if slice_ else '')
+  estimate_text = GPU_ESTIMATE if slice_ is not None and slice_.platform == 'gpu' else ESTIMATE
+  print(f'dry run on {_where(slice_, len(devices or []))}; memory per device, compile times '
+        '(c_*) in s', flush=True)
   reports, seen = [], {}
   resolved = resolve(config_arg, overrides, rung, check_machine=False)
   width = max([16] + [len(r.name) for r, _ in resolved])  # the rung column
@@ -270,6 +323,8 @@ def dry_run(config_arg: str, overrides: dict | None = None, rung: str | None = N
           else _line(r.name, report, width), flush=True)
     if 'to_fit' in report:
       print(f'  to fit: {report["to_fit"]}', flush=True)
+    if 'attention_note' in report:
+      print(f'  note: {report["attention_note"]}', flush=True)
     note = flops_note(report)
     if note:
       print(note, flush=True)
@@ -277,11 +332,13 @@ def dry_run(config_arg: str, overrides: dict | None = None, rung: str | None = N
       print('\n'.join(lines), flush=True)
     reports.append({'rung': r.name, **report})
     if json_path:  # after every rung: a long dry run keeps what it has done
-      storage.write_json(json_path, {'config': config_arg, 'topology': topology_name,
-                                     'num_slices': num_slices, 'estimate': ESTIMATE,
-                                     'rungs': reports}, indent=2)
+      record = {'config': config_arg, 'topology': topology_name, 'num_slices': num_slices,
+                'estimate': estimate_text, 'rungs': reports}
+      if slice_ is not None and slice_.platform == 'gpu':
+        record.update(num_nodes=num_nodes, gpu_source=slice_.chip.source)
+      storage.write_json(json_path, record, indent=2)
   if slice_ is not None and scale_cost:
-    print(ESTIMATE, flush=True)
+    print(estimate_text, flush=True)
   return reports
 
 
@@ -300,14 +357,21 @@ def _shape_key(cfg) -> str:
 
 def summary(record: dict) -> str:
   """The one-sentence result of a recorded dry run (a --dry_run_json file) that experiment
-  docstrings quote: fit on the slice, peak memory and the estimated step time range."""
+  docstrings quote: fit on the slice or nodes, peak memory (and on GPUs the attention
+  kernel) and the estimated step time range."""
   name, fit = record['topology'], all(r['fits'] for r in record['rungs'])
   rungs = [r for r in record['rungs'] if 'error' not in r]  # refused ones have no figures
   peak = max(r['peak_bytes_per_device'] for r in rungs) / GIB
   hbm = rungs[0]['hbm_bytes_per_device'] / GIB
   steps = [r['estimate']['step_s'] for r in rungs]
-  where = f'{name} x {record["num_slices"]}' if record['num_slices'] > 1 else name
   step = '-'.join(dict.fromkeys(f'{s:.3g}' for s in (min(steps), max(steps))))  # one if equal
-  return (f'TPU dry run on {where}: {"every rung fits" if fit else "not every rung fits"} '
-          f'(peak {peak:.1f} GiB of {hbm:.1f} GiB per chip); estimated step '
-          f'{step} s (roofline estimate, not measured).')
+  fits = 'every rung fits' if fit else 'not every rung fits'
+  if 'num_nodes' not in record:
+    where = f'{name} x {record["num_slices"]}' if record['num_slices'] > 1 else name
+    return (f'TPU dry run on {where}: {fits} (peak {peak:.1f} GiB of {hbm:.1f} GiB per chip); '
+            f'estimated step {step} s (roofline estimate, not measured).')
+  nodes = record['num_nodes']
+  kernels = ' and '.join(dict.fromkeys(ATTENTION[r['steps']['plain']['attention']] for r in rungs))
+  return (f'GPU dry run on {nodes} {name} node{"s" if nodes > 1 else ""}: {fits} (peak '
+          f'{peak:.1f} GiB of {hbm:.1f} GiB usable per GPU; {kernels}); estimated step {step} s '
+          '(roofline estimate, not measured).')

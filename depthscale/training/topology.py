@@ -1,8 +1,11 @@
-"""TPU slices by name ('v5p-64', 'v5e-256', 'v4-128', 'v6e-16'), their chips' published
-figures, and compile-only devices of a slice for ahead-of-time compilation on any host.
+"""Compile targets by name: TPU slices ('v5p-64', 'v5e-256', 'v4-128', 'v6e-16') and GPU nodes
+('h100-8', 'h200-8', 'a100-80g-8', 'b200-8'; depthscale.training.gpus), their chips'
+published figures, and compile-only devices of a target for ahead-of-time compilation on
+any host.
 
-The name's suffix counts TensorCores on v4 and v5p (two per chip, one JAX device per chip)
-and chips on v5e and v6e, as in Cloud TPU accelerator types.
+A TPU name's suffix counts TensorCores on v4 and v5p (two per chip, one JAX device per chip)
+and chips on v5e and v6e, as in Cloud TPU accelerator types; a GPU name's counts the GPUs of
+one node (8).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import jax
 from jax.experimental import topologies
 
 from depthscale.errors import ConfigError
+from depthscale.training import gpus
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,7 +43,8 @@ CHIPS = {
 
 @dataclasses.dataclass(frozen=True)
 class Slice:
-  """A TPU slice: generation, chip count, its topology string ('v5p:2x4x4') and slices."""
+  """A TPU slice (generation, chip count, its topology string 'v5p:2x4x4', slices over DCN)
+  or GPU nodes (model, GPU count, 'h100:2x8' for 2 nodes of 8)."""
   name: str
   generation: str
   chips: int
@@ -47,8 +52,17 @@ class Slice:
   num_slices: int = 1
 
   @property
-  def chip(self) -> Chip:
-    return CHIPS[self.generation]
+  def platform(self) -> str:
+    return 'gpu' if self.generation in gpus.GPUS else 'tpu'
+
+  @property
+  def chip(self) -> Chip | gpus.Gpu:
+    return gpus.GPUS[self.generation] if self.platform == 'gpu' else CHIPS[self.generation]
+
+  @property
+  def num_nodes(self) -> int:
+    """GPU nodes (1 for a TPU slice)."""
+    return self.bounds[0] if self.platform == 'gpu' else 1
 
   @property
   def topology(self) -> str:
@@ -65,21 +79,35 @@ def chip_bounds(chips: int, dims: int) -> tuple[int, ...]:
   return tuple(bounds)
 
 
-def parse(name: str, num_slices: int = 1) -> Slice:
-  """'v5p-64' -> Slice(v5p, 32 chips, (2, 4, 4)); ConfigError for an unknown name."""
+def parse(name: str, num_slices: int = 1, num_nodes: int = 1) -> Slice:
+  """'v5p-64' -> Slice(v5p, 32 chips, (2, 4, 4)); 'h100-8' with num_nodes=2 -> Slice(h100, 16
+  GPUs, (2, 8)); ConfigError for an unknown name or a count that does not apply to it."""
   allowed = (f'GEN-N with GEN in {", ".join(CHIPS)} and N a power of two (TensorCores on '
-             'v4 / v5p, at least 8; chips on v5e / v6e), e.g. v5p-64, v5e-256, v4-128, v6e-16')
+             'v4 / v5p, at least 8; chips on v5e / v6e), e.g. v5p-64, v5e-256, v4-128, v6e-16; '
+             f'or a node of {gpus.GPUS_PER_NODE} GPUs: '
+             + ', '.join(f'{g}-{gpus.GPUS_PER_NODE}' for g in gpus.GPUS))
+  for count, value in (('num_slices', num_slices), ('num_nodes', num_nodes)):
+    if not isinstance(value, int) or value < 1:
+      raise ConfigError(f'--{count}={value!r} is invalid: allowed a positive int')
+  gpu = re.fullmatch(rf'({"|".join(gpus.GPUS)})-{gpus.GPUS_PER_NODE}', name or '')
+  if gpu:
+    if num_slices != 1:
+      raise ConfigError(f'--num_slices={num_slices} is invalid for --topology={name}: '
+                        'allowed 1 (GPU nodes are counted by --num_nodes)')
+    return Slice(name, gpu.group(1), gpus.GPUS_PER_NODE * num_nodes,
+                 (num_nodes, gpus.GPUS_PER_NODE))
   m = re.fullmatch(r'(v\d+[a-z]?)-(\d+)', name or '')
   if not m or m.group(1) not in CHIPS:
     raise ConfigError(f'--topology={name!r} is invalid: allowed {allowed}')
+  if num_nodes != 1:
+    raise ConfigError(f'--num_nodes={num_nodes} is invalid for --topology={name}: allowed 1 '
+                      '(TPU slices are joined by --num_slices)')
   gen, n = m.group(1), int(m.group(2))
   chip = CHIPS[gen]
   chips = n // chip.cores_per_chip
   smallest = 4 if chip.torus_dims == 3 else 1
   if n % chip.cores_per_chip or chips < smallest or chips & (chips - 1):
     raise ConfigError(f'--topology={name!r} is invalid: allowed {allowed}')
-  if num_slices < 1:
-    raise ConfigError(f'--num_slices={num_slices!r} is invalid: allowed a positive int')
   return Slice(name, gen, chips, chip_bounds(chips, chip.torus_dims), num_slices)
 
 
@@ -91,9 +119,22 @@ def has_libtpu() -> bool:
 INSTALL_HINT = f'pip install "jax[tpu]=={jax.__version__}"'
 
 
+def missing_compiler(name: str) -> str | None:
+  """The one-line error where the compiler that target `name` needs is not installed (the
+  CUDA plugin for a GPU name, libtpu otherwise), None where it is."""
+  if any(name.startswith(f'{g}-') for g in gpus.GPUS):
+    return None if gpus.has_cuda_plugin() else (
+        f'--topology={name} needs the CUDA compiler (no GPU): {gpus.INSTALL_HINT}')
+  return None if has_libtpu() else f'--topology needs the TPU compiler (no TPU): {INSTALL_HINT}'
+
+
+
 def devices(s: Slice) -> list:
-  """The compile-only TPU devices of the slice (num_slices copies), from libtpu; no TPU
-  needed. Other processes on the host may hold libtpu's lock: compiling does not need it."""
+  """The compile-only devices of the target: a TPU slice's (num_slices copies) from libtpu,
+  GPU nodes' from the CUDA plugin; no TPU or GPU needed. Other processes on the host may
+  hold libtpu's lock: compiling does not need it."""
+  if s.platform == 'gpu':
+    return gpus.devices(s.chip, s.num_nodes)
   os.environ.setdefault('ALLOW_MULTIPLE_LIBTPU_LOAD', '1')
   kwargs = {'num_slices': s.num_slices} if s.num_slices > 1 else {}
   if s.chips < 4:  # smaller than one host's default 2x2 chips
