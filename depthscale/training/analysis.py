@@ -137,14 +137,14 @@ def make_analysis_fn(model: Transformer, full_cfg=None,
   def apply(params, *args, method):
     return model.apply({'params': params}, *args, method=method)
 
-  def skipped_loss(params, carry0, batch, schedule, skip):
-    """Loss with block `skip` (0-based) replaced by the identity."""
+  def skipped_loss(params, blocks, carry0, batch, schedule, skip):
+    """Loss with block `skip` (0-based) of the effective blocks replaced by the identity."""
     def body(carry, xs):
       p_l, layer, l = xs
       out = run_block(p_l, carry, layer)
       return jax.tree.map(lambda new, old: jnp.where(l == skip, old, new), out, carry), None
     idx = jnp.arange(cfg.num_layers)
-    carry, _ = jax.lax.scan(body, carry0, (recurrence.effective_blocks(cfg, params), schedule, idx))
+    carry, _ = jax.lax.scan(body, carry0, (blocks, schedule, idx))
     logits = apply(params, apply(params, carry, method=Transformer.finish), method=Transformer.unembed)
     return weighted_loss(logits, batch)
 
@@ -166,7 +166,7 @@ def make_analysis_fn(model: Transformer, full_cfg=None,
     kl, top5 = jax.lax.map(lambda h: logit_lens(log_softmax(h), log_p_final), h_LxBxTxD)
     base = weighted_loss(final_logits, batch)
     # the K passes batched (K b <= L B rows: a forward pass no larger than a train step's)
-    skip_K = jax.vmap(lambda s: skipped_loss(params, carry0, batch, schedule, s))(idx)
+    skip_K = jax.vmap(lambda s: skipped_loss(params, blocks, carry0, batch, schedule, s))(idx)
     acts = h_LxBxTxD[idx].reshape(len(idx), -1, h_LxBxTxD.shape[-1]).astype(jnp.float32)
     mats = [erank(as_matrix(w[idx], cfg.d_model)) for w in jax.tree.leaves(blocks) if w.ndim >= 3]
     return {**per,
