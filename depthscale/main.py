@@ -71,11 +71,27 @@ def _parse(argv: list[str]) -> list[str]:
     _usage_error(str(e).strip().splitlines()[-1])
 
 
-def _thread_failed(args: threading.ExceptHookArgs) -> None:
-  """A background thread's failure in one line (its traceback with --verbose); the failure
+_warned: set[str] = set()
+
+
+def _background_warning(where: str, e: BaseException) -> None:
+  """One line per distinct background failure (its traceback with --verbose); the failure
   that ends the run, such as a failed save, is reported by the run itself."""
-  name = args.thread.name if args.thread else 'a background thread'
-  print(f'warning: {name} failed: {reason(args.exc_value)}', file=sys.stderr, flush=True)
+  line = f'warning: {where} failed: {reason(e)}'
+  if line not in _warned:
+    _warned.add(line)
+    print(line, file=sys.stderr, flush=True)
+
+
+def _thread_failed(args: threading.ExceptHookArgs) -> None:
+  _background_warning(args.thread.name if args.thread else 'a background thread',
+                      args.exc_value)
+
+
+def _callback_failed(args) -> None:
+  """sys.unraisablehook: native threads print a failed callback through it (tensorstore's
+  futures calling back into orbax's closed asyncio loop once a save has failed)."""
+  _background_warning('a background callback', args.exc_value)
 
 
 def main(argv: list[str]) -> None:
@@ -84,6 +100,7 @@ def main(argv: list[str]) -> None:
   logging.set_verbosity(logging.WARNING if _VERBOSE.value else logging.FATAL)
   if not _VERBOSE.value:
     threading.excepthook = _thread_failed
+    sys.unraisablehook = _callback_failed
   if len(argv) > 1:
     _usage_error(f'unexpected arguments: {" ".join(argv[1:])}')
   if _CONFIG.value is None or not (_WORKDIR.value or _DRY_RUN.value):

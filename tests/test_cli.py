@@ -158,3 +158,28 @@ def test_invalid_config_exits_2_with_one_line(tmp_path, experiment, flag, field)
   lines = [l for l in res.stderr.splitlines() if l.strip()]
   assert len(lines) == 1 and field in lines[0], lines
   assert not workdir.exists()
+
+
+def test_background_failures_print_one_line_each(monkeypatch, capsys):
+  """Native threads print a failed callback through sys.unraisablehook: a full disk made
+  each of tensorstore's pending save callbacks print a traceback ('Event loop is closed')
+  before the run's own one-line error."""
+  import _testcapi  # CPython's C-API test module: PyErr_WriteUnraisable, as C code calls it
+  import threading
+
+  from depthscale import main
+  monkeypatch.setattr(sys, 'unraisablehook', main._callback_failed)
+  monkeypatch.setattr(main, '_warned', set())
+
+  def native_callback_fails():
+    for _ in range(3):
+      try:
+        raise RuntimeError('Event loop is closed')
+      except RuntimeError as e:
+        _testcapi.write_unraisable_exc(e, None, None)
+
+  thread = threading.Thread(target=native_callback_fails)
+  thread.start()
+  thread.join()
+  assert capsys.readouterr().err.splitlines() == [
+      'warning: a background callback failed: RuntimeError: Event loop is closed']
