@@ -25,12 +25,13 @@ def _cost_config(**overrides):
 def test_layer_scaled_cost_equals_the_unrolled_program_and_the_analytic_flops():
   """XLA counts the rolled loop's body once; c(1) + (L - 1) (c(2) - c(1)) counts every layer."""
   cfg = _cost_config()
-  flops, bytes_ = dryrun.layer_scaled_cost(cfg)
+  flops, bytes_, note = dryrun.layer_scaled_cost(cfg)
   compiled, plan, _ = dryrun.compile_step(_cost_config(**{'model.unroll_max_layers': 3}), False)
   unrolled_flops, unrolled_bytes = dryrun.cost(compiled)
   assert flops == pytest.approx(unrolled_flops, rel=0.02)
   assert bytes_ == pytest.approx(unrolled_bytes, rel=0.25)  # fusion differs a little
   assert dryrun.model_flops(cfg, plan.abstract_state['params']) == pytest.approx(flops, rel=0.15)
+  assert note is None  # compiled at the first try
 
 
 def test_slice_names_count_cores_on_v4_v5p_and_chips_on_v5e_v6e():
@@ -247,3 +248,22 @@ def get_ladder(arg=None):
   assert f'note: {r["attention_note"]}' in printed
   record = json.loads(out.read_text())
   assert record['num_nodes'] == 1 and record['gpu_source'] == gpus.GPUS['h100'].source
+
+
+@pytest.mark.filterwarnings('ignore:Error reading persistent compilation cache')
+def test_cost_probes_refused_by_xla_gpu_compile_again_with_cublas_and_say_so():
+  """XLA-GPU (jax 0.10.2) refuses the 2-layer cost probe of a float32 AttnRes rung at T 1024,
+  8 sequences per GPU (as it does repro_width_depth_ladder's paper AttnRes rungs): both
+  probes compile again with cuBLAS matmuls (dryrun.PROBE_FALLBACK) and the note gives the
+  compiler's line. Fails once XLA compiles the probe: PROBE_FALLBACK then has no use."""
+  devices = _gpu_devices('h100', 1)
+  cfg = tiny_config(**{'model.dtype': 'float32', 'model.residual': 'attn_res',
+                       'model.d_model': 256, 'model.num_heads': 4, 'model.num_layers': 4,
+                       'data.seq_len': 1024, 'data.batch_size': 64, 'model.vocab_size': 256,
+                       'mesh.data': -1})
+  flops, bytes_, note = dryrun.layer_scaled_cost(cfg, devices)
+  assert note == dryrun.PROBE_FALLBACK_NOTE.format(
+      'INVALID_ARGUMENT: Reshape input and output shapes must be the same, got 1x16 -> 16x8')
+  params = param_count(cfg) - cfg.model.vocab_size * cfg.model.d_model * 2  # the blocks' own
+  assert bytes_ > 4 * params  # every block's float32 parameters read
+  assert 0 < flops < 6 * params * 8 * cfg.data.seq_len  # cuBLAS matmuls uncounted

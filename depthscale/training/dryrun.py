@@ -62,9 +62,10 @@ class OutOfMemory(Exception):
     self.params = params
 
 
-def compile_step(cfg, collect_stats: bool, devices=None):
-  """(compiled train step, plan, compile seconds) on abstract arrays for `devices`; raises
-  OutOfMemory (the compiler's one line) where the TPU compiler runs out of HBM."""
+def compile_step(cfg, collect_stats: bool, devices=None, options: dict | None = None):
+  """(compiled train step, plan, compile seconds) on abstract arrays for `devices` (options:
+  XLA options of this compile); raises OutOfMemory (the compiler's one line) where the TPU
+  compiler runs out of HBM."""
   model = make_model(cfg, collect_stats, ops.platform_of(devices))
   tx = make_optimizer(cfg)
   plan = sharding.make_plan(cfg, model, tx, init_state, devices)
@@ -73,7 +74,7 @@ def compile_step(cfg, collect_stats: bool, devices=None):
   t0 = time.perf_counter()
   try:
     compiled = plan.compile_train_step(make_train_step(model, tx, schedule(cfg)), state,
-                                       abstract_batch(cfg, plan))
+                                       abstract_batch(cfg, plan), options)
   except jax.errors.JaxRuntimeError as e:
     if 'RESOURCE_EXHAUSTED' not in str(e):
       raise
@@ -105,21 +106,41 @@ def cost(compiled) -> tuple[float, float]:
   return float(c.get('flops', 0.0)), float(c.get('bytes accessed', 0.0))
 
 
-def layer_scaled_cost(cfg, devices=None) -> tuple[float, float]:
-  """XLA's (flops, bytes) per device of the plain step with every layer counted: XLA counts
-  a while loop's body once, so the cost is extrapolated in depth from the same rung
-  compiled with 1 and 2 layers unrolled, c(L) = c(1) + (L - 1) (c(2) - c(1))."""
-  costs = []
-  for layers in (1, 2):
+# The cost probes' second try where XLA-GPU refuses one: cuBLAS for every matmul instead of
+# Triton's GEMM fusions. Measured (jax 0.10.2): with Triton's GEMMs the 2-layer probe of
+# repro_width_depth_ladder's AttnRes rungs (float32, XLA's attention, T 1024, 8 sequences
+# per GPU) fails ("INVALID_ARGUMENT: Reshape input and output shapes must be the same, got
+# 1x16 -> 16x8", after XLA's HLO passes, in code generation), with cuBLAS it compiles (as the
+# same program does for CPU devices). XLA's cost model counts no FLOPs of a cuBLAS call.
+PROBE_FALLBACK = {'xla_gpu_enable_triton_gemm': False}
+PROBE_FALLBACK_NOTE = ("XLA-GPU refused a cost probe with Triton's GEMMs ({}); both probes "
+                       "compiled with cuBLAS matmuls, whose FLOPs XLA's cost model does not count")
+
+
+def layer_scaled_cost(cfg, devices=None) -> tuple[float, float, str | None]:
+  """XLA's (flops, bytes) per device of the plain step with every layer counted, and a note
+  where the probes needed PROBE_FALLBACK (a GPU target only): XLA counts a while loop's body
+  once, so the cost is extrapolated in depth from the same rung compiled with 1 and 2 layers
+  unrolled, c(L) = c(1) + (L - 1) (c(2) - c(1))."""
+  probes = []
+  for layers in (2, 1):  # the 2-layer probe first: the one XLA-GPU has refused
     c = cfg.copy_and_resolve_references()
     c.model.num_layers, c.model.unroll_max_layers = layers, layers
     c.model.loops, c.model.loop_lora_rank = 1, 0  # one effective layer costs as one unique one
     if c.model.residual == 'block_attn_res':
       c.model.attn_res_blocks = min(c.model.attn_res_blocks, 2 * layers)
-    costs.append(cost(compile_step(c, False, devices)[0]))
-  (f1, b1), (f2, b2) = costs
+    probes.append(c)
+  note = None
+  try:
+    costs = [cost(compile_step(c, False, devices)[0]) for c in probes]
+  except jax.errors.JaxRuntimeError as e:
+    if 'RESOURCE_EXHAUSTED' in str(e) or ops.platform_of(devices) != 'gpu':
+      raise
+    note = PROBE_FALLBACK_NOTE.format(str(e).strip().splitlines()[0])
+    costs = [cost(compile_step(c, False, devices, PROBE_FALLBACK)[0]) for c in probes]
+  (f2, b2), (f1, b1) = costs
   n = cfg.model.num_layers
-  return f1 + (n - 1) * (f2 - f1), b1 + (n - 1) * (b2 - b1)
+  return f1 + (n - 1) * (f2 - f1), b1 + (n - 1) * (b2 - b1), note
 
 
 def model_flops(cfg, params) -> float:
@@ -191,7 +212,10 @@ def check_rung(cfg, devices=None, slice_: topology.Slice | None = None, scale_co
   if plan.platform == 'gpu' and steps['plain']['attention'] == 'xla':
     report['attention_note'] = f"XLA's attention on GPU: {why_not_cudnn(cfg)}"
   if scale_cost:
-    report['xla_flops_per_device'], report['xla_bytes_per_device'] = layer_scaled_cost(cfg, devices)
+    report['xla_flops_per_device'], report['xla_bytes_per_device'], note = layer_scaled_cost(
+        cfg, devices)
+    if note:
+      report['cost_note'] = note
   if slice_ is not None:
     per_chip = n_dev // (slice_.chips * slice_.num_slices)
     report.update(slice=slice_.name, num_slices=slice_.num_slices, topology=slice_.topology,
@@ -323,8 +347,9 @@ def dry_run(config_arg: str, overrides: dict | None = None, rung: str | None = N
           else _line(r.name, report, width), flush=True)
     if 'to_fit' in report:
       print(f'  to fit: {report["to_fit"]}', flush=True)
-    if 'attention_note' in report:
-      print(f'  note: {report["attention_note"]}', flush=True)
+    for key in ('attention_note', 'cost_note'):
+      if key in report:
+        print(f'  note: {report[key]}', flush=True)
     note = flops_note(report)
     if note:
       print(note, flush=True)

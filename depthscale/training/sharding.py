@@ -165,18 +165,20 @@ class Plan:
       return jax.jit(init_fn, static_argnums=tuple(range(len(static_args))),
                      out_shardings=self.state)(*static_args)
 
-  def compile(self, fn, in_shardings: tuple, out_shardings, *args, donate_argnums=()):
+  def compile(self, fn, in_shardings: tuple, out_shardings, *args, donate_argnums=(),
+              options: dict | None = None):
     """Ahead-of-time compile of fn(*args) in the plan's context with explicit shardings
-    (arguments may be abstract); what every program of a rung goes through."""
+    (arguments may be abstract); what every program of a rung goes through. options: XLA
+    options over the platform's own (ops.compiler_options)."""
+    options = {**(ops.compiler_options(self.platform, self.mesh.size) or {}), **(options or {})}
     with self.context():
       return jax.jit(fn, donate_argnums=donate_argnums, in_shardings=in_shardings,
-                     out_shardings=out_shardings).lower(*args).compile(
-                         ops.compiler_options(self.platform, self.mesh.size))
+                     out_shardings=out_shardings).lower(*args).compile(options or None)
 
-  def compile_train_step(self, step_fn, state, batch):
+  def compile_train_step(self, step_fn, state, batch, options: dict | None = None):
     """state, batch -> (state, out): the state is donated and outputs are replicated."""
     return self.compile(step_fn, (self.state, self.batch), (self.state, self.replicated),
-                        state, batch, donate_argnums=0)
+                        state, batch, donate_argnums=0, options=options)
 
   def global_batch(self, local: dict) -> dict:
     """One global array per field from this process's rows (batch axis sharded)."""
