@@ -21,6 +21,18 @@ depthscale/model/transformer.py), so their memory is O(L d), not O(L^2 d): AttnR
 GiB at L6 to 79.7 GiB at L96, DenseFormer 13.6 to 30.5 GiB.
 TPU dry run on v5p-16: every rung fits (peak 79.7 GiB of 88.5 GiB per chip); estimated
 step 0.0584-0.759 s (roofline estimate, not measured).
+On H100 nodes (`--dry_run --topology=h100-8 --num_nodes=4`, recorded in
+experiments/dryrun/repro_width_depth_ladder.paper.h100-8x4.json): four nodes are the fewest
+that hold the ladder as configured, 32-way data parallel (8 sequences per GPU); on two nodes
+the Pre-LN L96 rung's peak is 93.6 GiB. Per-GPU peaks: Pre-LN 13.6 to 48.0 GiB,
+Hyper-Connections 19.6 to 34.5 GiB (4.9 and 6.7 GiB at L48 and L96 with remat), AttnRes 6.7
+to 11.9 GiB, DenseFormer 5.1 to 8.9 GiB. model.dtype=float32, so XLA's attention runs (cuDNN
+fuses bf16 / f16). XLA-GPU (jax 0.10.2) refuses the AttnRes rungs' 2-layer cost probes with
+Triton's GEMM fusions; their cost comes from probes compiled with cuBLAS matmuls
+(dryrun.PROBE_FALLBACK), whose FLOPs XLA does not count, so their estimate uses the analytic
+FLOPs. Each step compiled in at most 61 s on the 2-core host with other jobs running.
+GPU dry run on 4 h100-8 nodes: every rung fits (peak 48.0 GiB of 71.2 GiB usable per GPU;
+XLA's attention); estimated step 0.0258-0.127 s (roofline estimate, not measured).
 """
 
 import dataclasses
