@@ -136,10 +136,10 @@ def test_a_rung_the_tpu_compiler_refuses_is_reported_and_the_ladder_goes_on(tmp_
   compile_train_step = dryrun.sharding.Plan.compile_train_step
   refused = 'RESOURCE_EXHAUSTED: Ran out of memory on HBM (planted for the two-layer rung)'
 
-  def compile_or_refuse(plan, step_fn, state, batch):
+  def compile_or_refuse(plan, step_fn, state, batch, options=None):
     if state['params']['blocks']['attn']['q'].shape[0] == 2:
       raise jax.errors.JaxRuntimeError(refused + '\nmore detail')
-    return compile_train_step(plan, step_fn, state, batch)
+    return compile_train_step(plan, step_fn, state, batch, options)
 
   monkeypatch.setattr(dryrun.sharding.Plan, 'compile_train_step', compile_or_refuse)
   reports = dryrun.dry_run(str(path), None, None, 'v5p-8', 1, None, shardings=False,
