@@ -65,6 +65,8 @@ def test_best_rate_counts_diverged_and_non_finite_as_worst(tmp_path):
   assert record == {'lr': 3e-3, 'from': 'a_lr3e-3', 'losses': {
       'a_lr1e-3': 3.0, 'a_lr3e-3': 2.5, 'a_lr1e-2': None, 'a_lr3e-2': None}}
   assert sweep.best({'x': math.inf, 'y': float('nan'), 'z': 9.0}) == 'z'
+  with pytest.raises(ConfigError, match='every rate of its sweep diverged'):
+    sweep.choose(str(tmp_path), 'a_best_s1', ('a_lr1e-2', 'a_lr3e-2'))
   write_rung(tmp_path, 'a_lr1e-1', 0.1)  # started, not finished
   with pytest.raises(ConfigError, match='a_best_s1 needs its finished learning-rate sweep: a_lr1e-1 not'):
     sweep.choose(str(tmp_path), 'a_best_s1', names + ('a_lr1e-1',))
