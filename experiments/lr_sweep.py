@@ -12,10 +12,13 @@ python_docs (English prose, bytes), eval on 8 held-out batches. Size cpu: L 4, d
 batch 8, 300 steps (153,600 tokens, ~3 per non-embedding parameter), 10% warmup then
 cosine decay. smoke: 2 rates, 2 seeds, 20 steps.
 
-Runtime: cpu: 28 rungs, ~25 s each on the 2-core machine shared with other jobs (the two
-placements' 14 rungs took 6.5 minutes). smoke: ~13 s per rung, mostly compilation.
-Expected result: at its own best rate Post-LN is no longer stalled at 4 layers; whether
-the placements separate at this size is what the 95% intervals decide (docs/claims.md).
+Runtime: cpu: 28 rungs in 17 min on the 2-core machine with other jobs running (load
+average ~7). smoke: ~13 s per rung, mostly compilation.
+Expected result (measured, cpu, 3 seeds at each best rate, final eval loss, 95% Student-t
+interval): Pre-LN 2.79 [2.38, 3.21] at lr 1e-2, DeepNorm 2.81 [2.63, 2.99] at 3e-3, Mix-LN
+2.95 [2.83, 3.07] at 3e-3, Post-LN 3.13 [2.86, 3.40] at 3e-3: no placement stalls at its
+own rate and every pair of intervals overlaps, so no ranking is stated at this size
+(docs/claims.md). The seed spread (Pre-LN 2.61-2.95) is larger than the placement gaps.
 """
 
 from depthscale.experiment import study_config

@@ -52,8 +52,10 @@ def test_verdicts_from_runs(tmp_path, a, b, below, not_above):
 def test_command_writes_the_table(tmp_path, capsys):
   ladder(tmp_path / 'runs', {'pre_ln': [2.0, 2.01, 2.02], 'post_ln': [3.5, 3.51, 3.52]})
   out = tmp_path / 'claims.md'
-  claims_cli.main(['--runs', f'repro_pre_vs_post_ln:tiny={tmp_path / "runs"}', '--out', str(out)])
+  claims_cli.main(['--runs', f'repro_pre_vs_post_ln:tiny={tmp_path / "runs"}', '--out', str(out),
+                   '--note', 'a test'])
   text = out.read_text()
+  assert 'Runs read: repro_pre_vs_post_ln:tiny. a test.' in text
   rows = [l for l in text.splitlines() if l.startswith('| ') and 'repro_pre_vs_post_ln:tiny' in l]
   xiong = [l for l in rows if 'Xiong' in l and 'far worse' in l]
   assert len(xiong) == 1 and xiong[0].endswith('| reproduces | pre_ln below post_ln, intervals '
