@@ -5,7 +5,9 @@ and writes loss_vs_depth.png (final eval loss vs L, one line per variant) and pr
 (per-layer metrics at the final step vs l/L, one line per rung); then the power-law fits of
 final eval loss per variant with their intervals (loss_vs_params_fit.png,
 loss_vs_depth_fit.png), loss vs training FLOPs (loss_vs_flops.png) and the iso-FLOP groups
-(isoflop.png): docs/metrics.md. All of these figures also go as TensorBoard images
+(isoflop.png): docs/metrics.md. A learning-rate sweep (ladder.lr_sweep) adds each variant's
+best rate, its seed count, mean final eval loss with a 95% Student-t interval, and the
+ranking (two variants ordered only where their intervals separate). All of these figures also go as TensorBoard images
 `ladder/<name>` to an event file next to them (by default in DIR/compare: the run `compare`
 of `tensorboard --logdir DIR`).
 """
@@ -20,7 +22,7 @@ import numpy as np
 
 from depthscale import storage
 from depthscale.errors import ConfigError
-from depthscale.results import plots, scaling
+from depthscale.results import intervals, plots, scaling
 from depthscale.results.fits import LEVEL
 from depthscale.results.flops import ISOFLOP_TOLERANCE
 from depthscale.results.loader import Results, load
@@ -48,6 +50,22 @@ def rows(res: Results) -> list[dict]:
     row['ed_skip/L'] = s.get('final_effective_depth_skip_ratio')
     out.append(row)
   return out
+
+
+SWEEP_COLUMNS = (('variant', '{}'), ('lr', '{:g}'), ('rates', '{}'), ('seeds', '{}'),
+                 ('mean', '{:.4f}'), ('low', '{:.4f}'), ('high', '{:.4f}'), ('rank', '{}'))
+
+
+def sweep_view(res: Results) -> str:
+  """Text of a learning-rate sweep: per variant its best rate, seeds, mean final eval loss
+  and interval, rank; then the pairwise ranking. '' for a ladder without a sweep."""
+  sweep = res.sweep()
+  if sweep.empty:
+    return ''
+  head = (f'learning-rate sweep: each variant at its best rate, final eval loss over seeds '
+          f'({intervals.LEVEL:.0%} Student-t interval; ranked only where intervals separate):')
+  return '\n'.join([head, table(sweep.to_dict('records'), SWEEP_COLUMNS),
+                    'ranking: ' + '; '.join(intervals.ranking(sweep) or ['one variant'])])
 
 
 def tensorboard_images(logdir: str, pngs: list[str]) -> str:
@@ -118,7 +136,8 @@ def compare(ladder_dir: str, out_dir: str | None = None,
   plots.loss_vs_depth(curves, paths[0])
   plots.final_profiles({r: res.final_profile(r) for r in res.summaries.rung}, paths[1])
   views, more = scaling_views(res, out_dir, tolerance)
-  text = table(rows(res), COLUMNS + ED_COLUMNS + FLOPS_COLUMNS) + '\n\n' + views
+  text = '\n\n'.join(filter(None, [table(rows(res), COLUMNS + ED_COLUMNS + FLOPS_COLUMNS),
+                                  sweep_view(res), views]))
   return text, paths + more + [tensorboard_images(out_dir, paths + more)]
 
 

@@ -10,11 +10,11 @@ import os
 from typing import Any
 
 from depthscale import config as config_lib
-from depthscale import storage
+from depthscale import storage, sweep
 from depthscale.config import default_config
 from depthscale.ladder import Rung
 from depthscale.results.report import rung_row, table
-from depthscale.training.loop import train_rung
+from depthscale.training.loop import NonFiniteError, train_rung
 from depthscale.training.preflight import check_inputs
 
 
@@ -137,16 +137,39 @@ def run_ladder(config_arg: str, workdir: str, overrides: dict[str, Any] | None =
   """Trains every selected rung in workdir/<rung name>/ (resuming or skipping finished
   ones) and returns the table rows; prints the comparison table at the end.
   allow_config_change: resume rungs whose config changed in fields that change the
-  computed function or the data order (see depthscale.training.resume)."""
+  computed function or the data order (see depthscale.training.resume).
+  In a learning-rate sweep (ladder.lr_sweep) a diverged stage-1 rung is recorded and the
+  ladder goes on; a stage-2 rung trains at the best stage-1 rate (depthscale.sweep)."""
   resolved = resolve(config_arg, overrides, rung)
+  path, arg = split_arg(config_arg)
+  stage1 = {n for r in rungs_of(load_module(path), arg) for n in r.best_lr_of}
+  if stage1 and 'optim.lr' in (overrides or {}):
+    raise config_lib.ConfigError('optim.lr (command line) cannot be set: this ladder sweeps it')
+  selected = {r.name for r, _ in resolved}
   for r, cfg in resolved:
+    missing = [n for n in sweep.unfinished(workdir, r.best_lr_of) if n not in selected]
+    if missing:
+      raise config_lib.ConfigError(f'--rung={r.name} needs its finished learning-rate sweep: '
+                                   f'{", ".join(missing)} not finished in {workdir}')
     if r.info:
       print(f'rung {r.name}: ' + ', '.join(f'{k}={v:.4g}' if isinstance(v, float) else f'{k}={v}'
                                            for k, v in r.info.items()), flush=True)
   rows = []
   for r, cfg in resolved:
-    summary = train_rung(cfg, storage.join(workdir, r.name), name=r.name,
-                         allow_config_change=allow_config_change)
+    rung_dir = storage.join(workdir, r.name)
+    if r.best_lr_of:
+      cfg.optim.lr = sweep.choose(workdir, r.name, r.best_lr_of)
+      print(f'rung {r.name}: best rate of the sweep lr={cfg.optim.lr:g}', flush=True)
+    if r.name in stage1 and sweep.final_loss(rung_dir) == float('inf'):
+      continue  # diverged before: the worst rate of its sweep
+    try:
+      summary = train_rung(cfg, rung_dir, name=r.name, allow_config_change=allow_config_change)
+    except NonFiniteError as e:
+      if r.name not in stage1:
+        raise
+      sweep.record_divergence(rung_dir, str(e))
+      print(f'rung {r.name}: diverged, the worst rate of its sweep ({e})', flush=True)
+      continue
     if 'status' in summary:  # preempted: stop the ladder here
       return rows
     rows.append(rung_row(r.name, cfg, summary))

@@ -1,5 +1,6 @@
 """Ladders: explicit tables of rungs (name -> config overrides) and helpers for the
-usual shapes (depth sweep at fixed width; width-depth sweep at a fixed budget)."""
+usual shapes (depth sweep at fixed width; width-depth sweep at a fixed budget; a
+learning-rate sweep per variant, then seeds at each variant's best rate)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ class Rung:
   name: str
   overrides: dict[str, Any] = dataclasses.field(default_factory=dict)
   info: dict[str, Any] = dataclasses.field(default_factory=dict)  # e.g. the achieved budget
+  # stage 2 of lr_sweep: trains at the optim.lr of the best of these finished rungs
+  best_lr_of: tuple[str, ...] = ()
 
 
 def block_params(d_model: int, num_layers: int, *, mlp_ratio: float = 4.0, mlp: str = 'gelu',
@@ -60,3 +63,32 @@ def cross(variants: dict[str, dict[str, Any]], rungs: list[Rung]) -> list[Rung]:
   """Every variant (name -> overrides) on every rung, named '<variant>_<rung>'."""
   return [Rung(f'{v}_{r.name}', {**r.overrides, **o}, r.info)
           for (v, o), r in itertools.product(variants.items(), rungs)]
+
+
+def lr_name(rate: float) -> str:
+  """A rate as a rung-name part: 3e-3 -> 'lr3e-3', 2.5e-4 -> 'lr2.5e-4'."""
+  mantissa, exponent = f'{rate:.1e}'.split('e')
+  return f'lr{mantissa.removesuffix(".0")}e{int(exponent)}'
+
+
+def lr_sweep(variants: dict[str, dict[str, Any]], rates: list[float],
+             seeds: int = 3) -> list[Rung]:
+  """A learning-rate sweep of each variant (name -> overrides), then seeds at its best rate.
+
+  Stage 1: '<variant>_lr<rate>' (lr_name) at every rate, train.seed 0. Stage 2:
+  '<variant>_best_s<k>', k = 1..seeds, at the rate of the stage-1 rung with the lowest final
+  eval loss (a diverged run counts as worst), chosen when the rung starts from the stage-1
+  results in the ladder directory and recorded in its best_lr.json (depthscale.sweep). The
+  stage-2 seeds are fresh: the selected stage-1 run is not one of them. Warmup and schedule
+  stay as the config sets them.
+  """
+  names = [lr_name(r) for r in rates]
+  if len(rates) < 2 or len(set(names)) < len(rates) or min(rates) <= 0 or seeds < 1:
+    raise ValueError(f'rates={rates}, seeds={seeds}: allowed >= 2 distinct positive rates '
+                     f'(2 significant digits) and seeds >= 1')
+  rungs = []
+  for v, o in variants.items():
+    sweep = [Rung(f'{v}_{n}', {**o, 'optim.lr': r, 'train.seed': 0}) for n, r in zip(names, rates)]
+    rungs += sweep + [Rung(f'{v}_best_s{k}', {**o, 'train.seed': k},
+                           best_lr_of=tuple(r.name for r in sweep)) for k in range(1, seeds + 1)]
+  return rungs

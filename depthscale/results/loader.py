@@ -6,12 +6,13 @@ import dataclasses
 import pandas as pd
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from depthscale import storage
-from depthscale.results import scaling
+from depthscale import storage, sweep
+from depthscale.results import intervals, scaling
 from depthscale.results.fits import Fit
 from depthscale.results.flops import ISOFLOP_TOLERANCE
 
 SCALAR_LOGS = ('train_log.jsonl', 'eval_log.jsonl', 'analysis_log.jsonl')
+CHOICE_COLUMNS = ['rung', 'lr', 'from', 'losses']
 
 
 @dataclasses.dataclass
@@ -24,11 +25,16 @@ class Results:
   layers: long format, one row per (rung, step, metric, layer), layer 1-based; analysis
     records share the 'step' of the training log they sit next to.
   scalars: long format, one row per (rung, step, tag) from the train, eval and analysis logs.
+  choices: one row per stage-2 rung of a learning-rate sweep (ladder.lr_sweep): rung, lr
+    (the best rate it trained at), from (the stage-1 rung chosen), losses (stage-1 rung ->
+    final eval loss, None if diverged), from its best_lr.json.
   """
   configs: pd.DataFrame
   summaries: pd.DataFrame
   layers: pd.DataFrame
   scalars: pd.DataFrame
+  choices: pd.DataFrame = dataclasses.field(
+      default_factory=lambda: pd.DataFrame(columns=CHOICE_COLUMNS))
 
   def final_profile(self, rung: str) -> dict[str, list[float]]:
     """Per metric, its values per layer at the last step it was logged in this rung."""
@@ -50,6 +56,11 @@ class Results:
     """Groups of points at equal training FLOPs (within tolerance) holding several depths."""
     return scaling.isoflop(self.points(), tolerance)
 
+  def sweep(self, level: float = intervals.LEVEL) -> pd.DataFrame:
+    """Per variant of a learning-rate sweep: its best rate, seeds, mean final eval loss with
+    a Student-t interval, and rank (intervals.sweep_table); empty without a sweep."""
+    return intervals.sweep_table(self.choices, self.summaries, level)
+
 
 def flatten(d: dict, prefix: str = '') -> dict:
   """{'a': {'b': 1}} -> {'a.b': 1}."""
@@ -70,12 +81,14 @@ def rung_dirs(ladder_dir: str) -> list[str]:
 
 def load(ladder_dir: str) -> Results:
   """Reads every rung of a ladder directory (finished or not) into DataFrames."""
-  configs, summaries, layers, scalars = [], [], [], []
+  configs, summaries, layers, scalars, choices = [], [], [], [], []
   for rung in rung_dirs(ladder_dir):
     path = lambda f, rung=rung: storage.join(ladder_dir, rung, f)
     configs.append({'rung': rung, **flatten(storage.read_json(path('config.json')))})
     if storage.exists(path('summary.json')):
       summaries.append({'rung': rung, **storage.read_json(path('summary.json'))})
+    if storage.exists(path(sweep.CHOICE_FILE)):
+      choices.append({'rung': rung, **storage.read_json(path(sweep.CHOICE_FILE))})
     for r in storage.read_jsonl(path('layer_metrics.jsonl')):
       layers.extend({'rung': rung, 'step': r['step'], 'metric': k, 'layer': l + 1, 'value': v}
                     for k, vs in r.items() if k != 'step' for l, v in enumerate(vs))
@@ -87,7 +100,7 @@ def load(ladder_dir: str) -> Results:
   summaries['flops'] = scaling.rung_flops(configs, summaries)
   return Results(configs, summaries,
                  frame(layers, ['rung', 'step', 'metric', 'layer', 'value']),
-                 frame(scalars, ['rung', 'step', 'tag', 'value']))
+                 frame(scalars, ['rung', 'step', 'tag', 'value']), frame(choices, CHOICE_COLUMNS))
 
 
 def tensorboard_duplicates(rung_dir: str) -> dict[str, list[int]]:

@@ -1,0 +1,42 @@
+"""Write the claims table: python -m depthscale.claims --runs EXPERIMENT:SIZE=DIR [...]
+[--out docs/claims.md] [--note TEXT].
+
+Each --runs names a ladder directory and the experiment file (without .py) and size
+that made it, e.g. lr_sweep:cpu=runs/lr_sweep. Verdicts and measured columns come from
+those runs (depthscale.results.claims); claims without a run say 'not measured'."""
+
+from __future__ import annotations
+
+import argparse
+
+from depthscale import storage
+from depthscale.results import claims, loader
+
+
+def parse_run(text: str) -> tuple[tuple[str, str], str]:
+  """'EXPERIMENT:SIZE=DIR' -> ((EXPERIMENT, SIZE), DIR)."""
+  key, sep, path = text.partition('=')
+  experiment, colon, size = key.partition(':')
+  if not (sep and colon and experiment and size and path):
+    raise argparse.ArgumentTypeError(f'--runs={text!r}: allowed EXPERIMENT:SIZE=DIR')
+  return (experiment, size), path
+
+
+def main(argv: list[str] | None = None) -> None:
+  parser = argparse.ArgumentParser(prog='python -m depthscale.claims', description=__doc__.splitlines()[0])
+  parser.add_argument('--runs', type=parse_run, nargs='*', default=[],
+                      help='EXPERIMENT:SIZE=DIR, one per ladder directory')
+  parser.add_argument('--out', default='docs/claims.md', help='the markdown file written')
+  parser.add_argument('--note', default='', help='said under the runs read, e.g. the machine and its load')
+  args = parser.parse_args(argv)
+  for _, path in args.runs:
+    if not storage.isdir(path):
+      parser.exit(2, f'error: --runs directory {path!r} does not exist\n')
+  table = claims.evaluate({key: loader.load(path) for key, path in args.runs})
+  storage.write_text(args.out, claims.markdown(table, args.note))
+  counts = table.verdict.value_counts()
+  print(f'wrote {args.out}: ' + ', '.join(f'{counts.get(v, 0)} {v}' for v in claims.VERDICTS))
+
+
+if __name__ == '__main__':
+  main()

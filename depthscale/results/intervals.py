@@ -1,0 +1,62 @@
+"""Learning-rate sweeps as results (ladder.lr_sweep): per variant its best rate and the mean
+final eval loss of the seeds at that rate with a 95% Student-t interval; a ranking that
+orders two variants only when their intervals separate."""
+
+from __future__ import annotations
+
+import itertools
+import re
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+LEVEL = 0.95  # interval coverage
+STAGE2 = re.compile(r'^(?P<variant>.+)_best_s\d+$')  # ladder.lr_sweep's stage-2 rung names
+COLUMNS = ['variant', 'lr', 'rates', 'seeds', 'mean', 'low', 'high', 'rank']
+
+
+def t_interval(values, level: float = LEVEL) -> tuple[float, float, float]:
+  """(mean, low, high): mean -+ t_{(1 + level)/2, n - 1} s / sqrt(n), s the sample standard
+  deviation (ddof 1); the bounds are nan with fewer than 2 values."""
+  v = np.asarray(values, dtype=np.float64)
+  mean = float(v.mean())
+  if v.size < 2:
+    return mean, float('nan'), float('nan')
+  half = stats.t.ppf(0.5 + level / 2, v.size - 1) * v.std(ddof=1) / np.sqrt(v.size)
+  return mean, mean - half, mean + half
+
+
+def order(a: tuple[float, float], b: tuple[float, float]) -> int:
+  """-1 if interval a (low, high) lies wholly below b, 1 if wholly above, 0 (tied) if they
+  overlap or either is unknown (nan)."""
+  return -1 if a[1] < b[0] else 1 if a[0] > b[1] else 0
+
+
+def sweep_table(choices: pd.DataFrame, summaries: pd.DataFrame,
+                level: float = LEVEL) -> pd.DataFrame:
+  """One row per swept variant: variant, lr (its best rate), rates (stage-1 rates compared),
+  seeds (finished stage-2 rungs), mean, low, high (final eval loss, `level` Student-t
+  interval over the seeds), rank (1 + the variants whose interval lies wholly below). From
+  Results.choices (the stage-2 rungs' best_lr.json) and Results.summaries."""
+  loss = summaries.set_index('rung')['final_eval_loss'] if len(summaries) else pd.Series()
+  rows = []
+  for variant, g in choices.groupby(choices.rung.str.replace(STAGE2, r'\g<variant>', regex=True),
+                                    sort=False):
+    seeds = [loss[r] for r in g.rung if r in loss.index]
+    if seeds:
+      mean, low, high = t_interval(seeds, level)
+      rows.append({'variant': variant, 'lr': g.lr.iloc[0], 'rates': len(g.losses.iloc[0]),
+                   'seeds': len(seeds), 'mean': mean, 'low': low, 'high': high})
+  out = pd.DataFrame(rows, columns=COLUMNS[:-1])
+  out['rank'] = [1 + sum(order((l2, h2), (l, h)) < 0 for l2, h2 in zip(out.low, out.high))
+                 for l, h in zip(out.low, out.high)]
+  return out.sort_values(['rank', 'mean'], ignore_index=True)
+
+
+def ranking(table: pd.DataFrame) -> list[str]:
+  """One line per pair of variants of a sweep_table, lower mean first: 'A < B' where the
+  intervals separate, else 'A ~ B (tied)'."""
+  pairs = itertools.combinations(table.sort_values('mean').itertuples(), 2)
+  return [f'{a.variant} < {b.variant}' if order((a.low, a.high), (b.low, b.high)) < 0
+          else f'{a.variant} ~ {b.variant} (tied)' for a, b in pairs]

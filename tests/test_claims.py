@@ -1,0 +1,84 @@
+"""The claims table (depthscale.results.claims): verdict rules on ladder directories with
+known outcomes, the command that writes docs/claims.md, and a row for every method."""
+
+import json
+import os
+import re
+
+import pytest
+
+from depthscale import claims as claims_cli
+from depthscale.results import claims, loader
+from tests.helpers import ROOT
+
+RULES = (claims.Claim('m', 'p', 'a beats b', 'n/a', 'exp', claims.Below('a', 'b')),
+         claims.Claim('m', 'p', 'a matches b', 'n/a', 'exp', claims.NotAbove('a', 'b')),
+         claims.Claim('m', 'p', 'a beats c', 'n/a', 'exp', claims.Below('a', 'c')),
+         claims.Claim('m', 'p', 'never run', 'n/a', 'other', claims.Below('a', 'b')),
+         claims.Claim('m', 'p', 'no experiment', 'n/a'))
+
+
+def ladder(path, losses: dict[str, list[float]]):
+  """A ladder directory of finished rungs '<variant>_s<k>' with the given final eval losses."""
+  for v, values in losses.items():
+    for k, loss in enumerate(values):
+      d = path / f'{v}_s{k}'
+      os.makedirs(d)
+      (d / 'config.json').write_text(json.dumps({
+          'model': {'num_layers': 2, 'd_model': 16}, 'data': {'seq_len': 16, 'source': 'grammar'},
+          'optim': {'lr': 1e-3}, 'train': {'seed': k}}))
+      (d / 'summary.json').write_text(json.dumps({
+          'final_eval_loss': loss, 'non_embedding_params': 6000, 'tokens': 12000}))
+  return loader.load(str(path))
+
+
+@pytest.mark.parametrize('a, b, below, not_above', [
+    ([2.0, 2.01, 2.02], [2.5, 2.51, 2.52], claims.REPRODUCES, claims.REPRODUCES),
+    ([2.5, 2.51, 2.52], [2.0, 2.01, 2.02], claims.CONTRADICTS, claims.CONTRADICTS),
+    ([2.0, 2.3, 2.6], [2.2, 2.3, 2.4], claims.NOT_AT_SIZE, claims.REPRODUCES),
+    ([2.0], [2.5], claims.NOT_AT_SIZE, claims.REPRODUCES),  # one seed: no interval
+])
+def test_verdicts_from_runs(tmp_path, a, b, below, not_above):
+  res = ladder(tmp_path, {'a': a, 'b': b})
+  table = claims.evaluate({('exp', 'tiny'): res}, RULES)
+  assert list(table.verdict) == [below, not_above, claims.NOT_MEASURED, claims.NOT_MEASURED,
+                                 claims.NOT_MEASURED]
+  assert list(table.measured_by) == ['exp:tiny'] * 3 + ['other', '-']
+  if len(a) > 1:
+    assert table.measured[0].startswith(f'a {sum(a) / 3:.3f} [') and '3 seeds, lr 0.001' in table.measured[0]
+  assert table['size'][0] == 'L2 d16, 6,000 non-emb params' and table.tokens[0] == '12,000 (2/param)'
+
+
+def test_command_writes_the_table(tmp_path, capsys):
+  ladder(tmp_path / 'runs', {'pre_ln': [2.0, 2.01, 2.02], 'post_ln': [3.5, 3.51, 3.52]})
+  out = tmp_path / 'claims.md'
+  claims_cli.main(['--runs', f'repro_pre_vs_post_ln:tiny={tmp_path / "runs"}', '--out', str(out),
+                   '--note', 'a test'])
+  text = out.read_text()
+  assert 'Runs read: repro_pre_vs_post_ln:tiny. a test.' in text
+  rows = [l for l in text.splitlines() if l.startswith('| ') and 'repro_pre_vs_post_ln:tiny' in l]
+  xiong = [l for l in rows if 'Xiong' in l and 'far worse' in l]
+  assert len(xiong) == 1 and xiong[0].endswith('| reproduces | pre_ln below post_ln, intervals '
+                                                'separated (above: contradicts; overlap: does not at this size) |')
+  assert 'pre_ln 2.010 [' in xiong[0]
+  assert text.count('\n| ') == len(claims.CLAIMS) + 1  # header, one row per claim
+  assert 'reproduces' in capsys.readouterr().out
+  with pytest.raises(SystemExit):
+    claims_cli.main(['--runs', 'no_size=' + str(tmp_path)])
+
+
+def test_every_method_of_docs_methods_has_a_row():
+  text = open(os.path.join(ROOT, 'docs', 'methods.md')).read()
+  methods, in_table = set(), False
+  for line in text.splitlines():
+    if line.startswith('| method |'):
+      in_table = True
+    elif not line.startswith('|'):
+      in_table = False
+    elif in_table and not line.startswith('|---'):
+      methods.add(line.split('|')[1].strip())
+  assert len(methods) > 50
+  assert methods <= {c.method for c in claims.CLAIMS}, methods - {c.method for c in claims.CLAIMS}
+  for c in claims.CLAIMS:
+    assert c.reported and c.claim and '\n' not in c.claim
+    assert re.search(r'(19|20)\d\d|arXiv|GPT|PaLM|studies', c.paper), c.paper
