@@ -165,13 +165,15 @@ class Plan:
       return jax.jit(init_fn, static_argnums=tuple(range(len(static_args))),
                      out_shardings=self.state)(*static_args)
 
-  def compile(self, fn, in_shardings: tuple, out_shardings, *args, donate_argnums=()):
+  def compile(self, fn, in_shardings: tuple, out_shardings, *args, donate_argnums=(),
+              fast: bool = False):
     """Ahead-of-time compile of fn(*args) in the plan's context with explicit shardings
-    (arguments may be abstract); what every program of a rung goes through."""
+    (arguments may be abstract); what every program of a rung goes through. fast: see
+    ops.compiler_options."""
     with self.context():
       return jax.jit(fn, donate_argnums=donate_argnums, in_shardings=in_shardings,
                      out_shardings=out_shardings).lower(*args).compile(
-                         ops.compiler_options(self.platform, self.mesh.size))
+                         ops.compiler_options(self.platform, self.mesh.size, fast))
 
   def compile_train_step(self, step_fn, state, batch):
     """state, batch -> (state, out): the state is donated and outputs are replicated."""
