@@ -14,6 +14,15 @@ The measured analysis / plain-step ratios fit r = a * passes / step + c * svd / 
 fit's largest relative error on the measured points). Share = n r / (steps + n r) for the
 n analyses of a run (every metrics.analysis_every steps and at the last), compile excluded;
 printed for the rung's own cadence and for the default one (analyses switched on).
+
+With compile: the analysis program's compile C_a (optimized or fast, as the rung's
+metrics.analysis_compile gives; fast runs r times the measured fast / optimized ratio) and
+the two train steps' C_t (plain and logging) are measured per depth and interpolated in
+log L (clamped to the measured range);
+a step takes its FLOPs at the fastest measured rate (FLOPs / plain step time), so short
+steps come out short and the share high. Share with compile =
+(C_a + n r s) / (C_t + C_a + steps s + n r s) at the rung's own cadence. Still excluded:
+eval, checkpoints, logging and start-up, which only add to a real run's wall time.
 """
 
 from __future__ import annotations
@@ -28,15 +37,14 @@ import numpy as np
 from scipy.optimize import nnls
 
 from benchmarks.common import table
-from benchmarks.metrics_overhead import analysis_steps, config
+from benchmarks.metrics_overhead import config
 from depthscale import experiment
 from depthscale.config import default_config
 from depthscale.model.transformer import make_model
-from depthscale.training.analysis import analysed_layers
+from depthscale.training.analysis import (PROBE_PASSES, analysed_layers, analysis_count,
+                                          fast_compile)
 from depthscale.training.optim import make_optimizer
 from depthscale.training.steps import init_state
-
-PROBE_PASSES = 3
 
 
 def _matrices(cfg) -> list[tuple[int, ...]]:
@@ -61,7 +69,7 @@ def costs(cfg) -> dict[str, float]:
   k, l = len(analysed_layers(cfg)), m.num_layers
   as_matrix = lambda s: (d, math.prod(s[1:])) if s[0] == d else (math.prod(s[:-1]), s[-1])
   svd = k * (sum(_svd_flops(*as_matrix(s)) for s in mats) + _svd_flops(rows, d))
-  return {'step': 3.0 * big * (l * f + h),
+  return {'step': 3.0 * big * (l * f + h), 'params': l * n_block,
           'passes': rows * (PROBE_PASSES * l * f + l * h + k * (l * f + h)), 'svd': svd}
 
 
@@ -81,6 +89,17 @@ def fit(measured: dict, d_model: int, heads: int, seq_len: int, batch: int):
   coef, _ = nnls(x / y[:, None], np.ones(len(y)))  # relative residuals
   err = np.abs(x @ coef / y - 1)
   return coef[0], coef[1], float(err.max()), list(zip(y, x @ coef))
+
+
+def compile_model(measured: dict, d_model: int, heads: int, seq_len: int, batch: int):
+  """(key -> (L -> measured value), step FLOPs per second): measured values interpolated in
+  log L, clamped; the fastest measured step rate."""
+  depths = sorted(measured, key=int)
+  log_l = np.log([int(l) for l in depths])
+  at = lambda key: lambda l: float(np.interp(np.log(l), log_l, [measured[d][key] for d in depths]))
+  rate = max(costs(config(int(l), d_model, heads, seq_len, batch))['step'] / measured[l]['plain_s']
+             for l in depths)
+  return at, rate
 
 
 def rungs():
@@ -105,6 +124,7 @@ def main() -> None:
   a, c, err, points = fit(measured, args.d_model, args.heads, args.seq_len, args.batch)
   print(f'fit: a = {a:.3g}, c = {c:.3g}; measured vs fitted r: ' +
         ', '.join(f'{y:.2f} / {z:.2f}' for y, z in points) + f'; margin x{1 + err:.2f}')
+  at, rate = compile_model(measured, args.d_model, args.heads, args.seq_len, args.batch)
   every = default_config().metrics.analysis_every
   rows, seen = [], set()
   for name, arg, _, cfg in rungs():
@@ -117,13 +137,20 @@ def main() -> None:
     k = costs(cfg)
     r = (a * k['passes'] + c * k['svd']) / k['step'] * (1 + err)
     own = cfg.metrics.analysis_every
-    share = lambda e: analysis_steps(cfg.train.steps, e) * r / (
-        cfg.train.steps + analysis_steps(cfg.train.steps, e) * r)
+    share = lambda e: analysis_count(cfg.train.steps, e) * r / (
+        cfg.train.steps + analysis_count(cfg.train.steps, e) * r)
+    l, fast = m.num_layers, fast_compile(cfg, k['params'])
+    kind = 'fast' if fast else 'analysis'
+    step_s, ca = k['step'] / rate, at(f'{kind}_compile_s')(l)
+    slower = at('fast_s')(l) / at('analysis_s')(l) if fast else 1.0
+    runs_s = analysis_count(cfg.train.steps, own) * r * slower * step_s
+    c_train = at('plain_compile_s')(l) + at('instrumented_compile_s')(l)
+    with_compile = (ca + runs_s) / (c_train + ca + cfg.train.steps * step_s + runs_s)
     rows.append([name, arg, m.num_layers, m.d_model, cfg.data.seq_len, cfg.data.batch_size,
                  cfg.train.steps, own, r, f'{100 * share(own):.1f}%' if own else '-',
-                 f'{100 * share(every):.1f}%'])
+                 f'{100 * share(every):.1f}%', f'{100 * with_compile:.1f}%' if own else '-', kind if own else '-'])
   print(table(['file', 'arg', 'L', 'D', 'T', 'B', 'steps', 'every', 'r (steps)', 'share',
-               f'share @{every}'], rows))
+               f'share @{every}', 'with compile', 'compiled'], rows))
 
 
 if __name__ == '__main__':

@@ -6,10 +6,11 @@
 Per depth, with the trainer's compiled programs (`Plan.compile`): the median plain and
 instrumented (logging) step, their ratio (target: instrumented <= 1.10 x plain), that the
 plain step lowers to the same program whether or not metrics are configured, and the
-analysis at the default `metrics.analysis_layers` and with every layer (0, up to
---full_max_layers): compile time, run time, run time in plain steps, and its share of a
-run of --steps steps at the default cadence (`metrics.analysis_every`, plus the last step):
-share = analyses x analysis / (steps x plain step + analyses x analysis), compile excluded.
+analysis at the default `metrics.analysis_layers` (also compiled unoptimized, 'fast') and
+with every layer (0, up to --full_max_layers): compile time (the train steps' too, in
+--json), run time, run time in plain steps, and its share of a run of --steps steps at the
+default cadence (`metrics.analysis_every`, plus the last step): share = analyses x analysis
+/ (steps x plain step + analyses x analysis), compile excluded.
 """
 
 from __future__ import annotations
@@ -27,19 +28,14 @@ from benchmarks.common import table
 from depthscale.config import default_config
 from depthscale.model.transformer import make_model
 from depthscale.training import sharding
-from depthscale.training.analysis import Analyzer, analysed_layers
+from depthscale.training.analysis import Analyzer, analysed_layers, analysis_count
 from depthscale.training.optim import make_optimizer, schedule
 from depthscale.training.steps import init_state, make_train_step
 
 
-def analysis_steps(steps: int, every: int) -> int:
-  """How many analyses a run of `steps` steps makes (every `every` steps and at the last)."""
-  return len({s for s in range(0, steps, every)} | {steps - 1}) if every else 0
-
-
 def share(steps: int, every: int, step_s: float, analysis_s: float) -> float:
   """The analyses' share of a run's steps-plus-analyses time."""
-  n = analysis_steps(steps, every)
+  n = analysis_count(steps, every)
   return n * analysis_s / (steps * step_s + n * analysis_s)
 
 
@@ -63,9 +59,11 @@ def measure(cfg, repeats: int, full: bool) -> dict:
   tokens = jax.random.randint(jax.random.PRNGKey(0), (b, t + 1), 0, cfg.model.vocab_size)
   batch = {'inputs': tokens[:, :-1], 'targets': tokens[:, 1:], 'weights': jnp.ones((b, t), jnp.float32)}
   init_blocks = jax.tree.map(lambda x: x.copy(), state['params']['blocks'])
-  steps = {'plain': plan.compile_train_step(make_train_step(model, tx, lr, cfg), state, batch),
-           'instrumented': plan.compile_train_step(
-               make_train_step(make_model(cfg, collect_stats=True), tx, lr, cfg), state, batch)}
+  steps, compiled = {}, {}
+  for name, m in (('plain', model), ('instrumented', make_model(cfg, collect_stats=True))):
+    t0 = time.perf_counter()
+    steps[name] = plan.compile_train_step(make_train_step(m, tx, lr, cfg), state, batch)
+    compiled[f'{name}_compile_s'] = time.perf_counter() - t0
   times = {k: [] for k in steps}
   for i in range(repeats + 1):  # the first round warms up; interleaved so load hits both alike
     for name, fn in steps.items():
@@ -74,11 +72,13 @@ def measure(cfg, repeats: int, full: bool) -> dict:
       jax.block_until_ready(out)
       if i:
         times[name].append(time.perf_counter() - t0)
-  out = {f'{k}_s': float(np.median(v)) for k, v in times.items()}
+  out = {**compiled, **{f'{k}_s': float(np.median(v)) for k, v in times.items()}}
   rows = cfg.metrics.analysis_batch_size
-  for name, layers in (('analysis', analysed_layers(cfg)),) + ((('full', None),) if full else ()):
+  sampled = analysed_layers(cfg)
+  for name, layers, fast in (('analysis', sampled, False), ('fast', sampled, True)) + (
+      (('full', None, False),) if full else ()):
     t0 = time.perf_counter()
-    analyzer = Analyzer(model, plan, init_blocks, batch, rows, 0, cfg, layers)
+    analyzer = Analyzer(model, plan, init_blocks, batch, rows, 0, cfg, layers, fast)
     out[f'{name}_compile_s'] = time.perf_counter() - t0
     runs = [_timed(lambda: analyzer(state['params'])) for _ in range(1 if name == 'full' else 2)]
     out[f'{name}_s'] = float(np.median(runs))
@@ -112,9 +112,9 @@ def main() -> None:
     m = measure(cfg, args.repeats, layers <= args.full_max_layers)
     results[layers] = m
     print(f'L={layers}: ' + json.dumps({k: round(v, 4) for k, v in m.items()}), flush=True)
-    for name in ('analysis', 'full'):
+    for name in ('analysis', 'fast', 'full'):
       if f'{name}_s' in m:
-        rows.append([layers, m[f'{name}_layers'], 1e3 * m['plain_s'], m['instrumented_s'] / m['plain_s'],
+        rows.append([layers, f"{m[f'{name}_layers']}{' fast' if name == 'fast' else ''}", 1e3 * m['plain_s'], m['instrumented_s'] / m['plain_s'],
                      m[f'{name}_compile_s'], m[f'{name}_s'], m[f'{name}_s'] / m['plain_s'],
                      f'{100 * share(args.steps, every, m["plain_s"], m[f"{name}_s"]):.1f}%'])
   cfg = config(64, args.d_model, args.heads, args.seq_len, args.batch)
@@ -127,9 +127,9 @@ def main() -> None:
       _fingerprint(make_train_step(make_model(off), make_optimizer(off), schedule(off)), state, batch)
   print(f'\nd_model={args.d_model} seq_len={args.seq_len} batch={args.batch} analysis rows='
         f'{cfg.metrics.analysis_batch_size} backend={jax.default_backend()} repeats={args.repeats}; '
-        f'share: {analysis_steps(args.steps, every)} analyses in {args.steps} steps (every {every} '
+        f'share: {analysis_count(args.steps, every)} analyses in {args.steps} steps (every {every} '
         'and the last), compile excluded')
-  print(table(['L', 'skip layers', 'plain ms', 'instr/plain', 'compile s', 'analysis s',
+  print(table(['L', 'skip layers (fast: unoptimized compile)', 'plain ms', 'instr/plain', 'compile s', 'analysis s',
                'in plain steps', 'share'], rows))
   print(f'plain step program identical with metrics off (L=64): {same}')
   if args.json:

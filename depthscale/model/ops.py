@@ -137,15 +137,24 @@ def platform_of(devices=None) -> str:
   return (jax.devices() if devices is None else list(devices))[0].platform
 
 
-def compiler_options(target: str, devices: int = 1) -> dict | None:
+# A CPU program that runs a few times compiles ~1.6-2.5x faster without LLVM's optimizations and
+# runs ~3-9x slower (benchmarks/NOTES.md, periodic analyses): the same computation.
+FAST_CPU_COMPILE = {'xla_backend_optimization_level': 0}
+
+
+def compiler_options(target: str, devices: int = 1, fast: bool = False) -> dict | None:
   """Per-compile XLA options for a program compiled for platform `target` over `devices`
   devices (None: XLA's defaults); the CPU options only for a CPU target on an x86 host (the
-  host is the target), oneDNN only for one device and no compilation cache."""
-  if target != 'cpu' or platform.machine().lower() not in ('x86_64', 'amd64'):
+  host is the target), oneDNN only for one device and no compilation cache. fast: a CPU
+  program compiled unoptimized (FAST_CPU_COMPILE)."""
+  if target != 'cpu':
     return None
+  extra = FAST_CPU_COMPILE if fast else {}
+  if platform.machine().lower() not in ('x86_64', 'amd64'):
+    return extra or None
   if jax.config.jax_compilation_cache_dir or devices > 1:
-    return CACHEABLE_CPU_COMPILER_OPTIONS
-  return CPU_COMPILER_OPTIONS
+    return {**CACHEABLE_CPU_COMPILER_OPTIONS, **extra}
+  return {**CPU_COMPILER_OPTIONS, **extra}
 
 
 # Query block of the CPU attention: causal blocks above the diagonal are never computed.

@@ -45,6 +45,12 @@ from depthscale.training import dynamics
 from depthscale.training.sharding import Plan
 from depthscale.training.steps import weighted_loss
 
+# metrics.analysis_compile='auto' compiles the analysis unoptimized (ops.FAST_CPU_COMPILE)
+# when a run's analyses total at most this many FLOPs: unoptimized, an L32 d32 analysis
+# ran ~3.7e-10 s per FLOP slower on a 2-core host, so < 1 s of extra run time against the
+# ~3-6 s of compile it saves (benchmarks/NOTES.md, periodic analyses).
+FAST_COMPILE_FLOPS = 2e9
+PROBE_PASSES = 3  # whole-model block passes of the probe scan: the forward and the jvp's two
 KL_THRESHOLD = 0.5  # tau of ED_KL (the "What affects" table uses 0.5)
 OVERLAP_THRESHOLD = 0.3  # ED_overlap threshold (same source)
 SKIP_FRACTION = 0.9  # effective_depth/skip: share of the summed skip losses
@@ -102,6 +108,34 @@ def evenly_spaced(num_layers: int, count: int) -> list[int]:
 def analysed_layers(cfg) -> list[int]:
   """0-based layers of a rung's skip_delta_loss and eranks (metrics.analysis_layers)."""
   return evenly_spaced(cfg.model.num_layers, cfg.metrics.analysis_layers)
+
+
+def analysis_count(steps: int, every: int) -> int:
+  """How many analyses a run of `steps` steps makes (every `every` steps and at the last)."""
+  return len(set(range(0, steps, every)) | {steps - 1}) if every else 0
+
+
+def analysis_flops(cfg, compute_params: int) -> float:
+  """Forward FLOPs of one analysis: per analysed token, the probe scan's PROBE_PASSES and
+  the K skip passes through the model's compute_params non-embedding parameters (2 FLOPs
+  each, plus causal attention's 4 T D per layer), and the L + 1 + K unembeddings (logit
+  lens, output, skips).
+  The SVDs are library calls: no compile setting changes their cost."""
+  m, t = cfg.model, cfg.data.seq_len
+  k = len(analysed_layers(cfg))
+  block = 2 * compute_params + 4 * t * m.d_model * m.num_layers
+  head = 2 * m.d_model * m.vocab_size
+  return cfg.metrics.analysis_batch_size * t * ((PROBE_PASSES + k) * block +
+                                                (m.num_layers + 1 + k) * head)
+
+
+def fast_compile(cfg, compute_params: int) -> bool:
+  """Whether the analysis program is compiled unoptimized (metrics.analysis_compile)."""
+  mode = cfg.metrics.analysis_compile
+  if mode != 'auto':
+    return mode == 'fast'
+  runs = analysis_count(cfg.train.steps, cfg.metrics.analysis_every)
+  return runs * analysis_flops(cfg, compute_params) <= FAST_COMPILE_FLOPS
 
 
 def make_analysis_fn(model: Transformer, full_cfg=None,
@@ -243,10 +277,10 @@ class Analyzer:
   """The analyses compiled for the rung's plan (its shardings and context, outputs
   replicated: readable on every process) on the first rows of a fixed batch; keeps the
   initial block weights on device, sharded as the parameters. sampled as in
-  make_analysis_fn (default all)."""
+  make_analysis_fn (default all); fast: compiled unoptimized (see fast_compile)."""
 
   def __init__(self, model: Transformer, plan: Plan, init_blocks, batch: dict, rows: int,
-               seed: int, full_cfg=None, sampled: list[int] | None = None):
+               seed: int, full_cfg=None, sampled: list[int] | None = None, fast: bool = False):
     self.init_blocks, self.batch, self.key = init_blocks, batch, jax.random.PRNGKey(seed)
     analyse = make_analysis_fn(model, full_cfg, sampled)
 
@@ -259,7 +293,7 @@ class Analyzer:
     self.fn = plan.compile(run, (params, params['blocks'], plan.batch, plan.replicated,
                                  plan.replicated),
                            plan.replicated, plan.abstract_state['params'], init_blocks, batch,
-                           self.key, jax.ShapeDtypeStruct((), jnp.int32))
+                           self.key, jax.ShapeDtypeStruct((), jnp.int32), fast=fast)
 
   def __call__(self, params, step=0) -> tuple[dict[str, list[float]], dict[str, float]]:
     """(per-layer metrics as lists, block 1 first; effective-depth scalars) of the model as

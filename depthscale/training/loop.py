@@ -16,7 +16,7 @@ from depthscale.model.transformer import make_model, param_counts
 from depthscale.posthoc import init_from, ln_free
 from depthscale.results import plots
 from depthscale.training import distributed, host_memory, resume, sharding, tb_layout
-from depthscale.training.analysis import Analyzer, analysed_layers, evenly_spaced
+from depthscale.training.analysis import Analyzer, analysed_layers, evenly_spaced, fast_compile
 from depthscale.training.checkpoint import Checkpointer, abstract
 from depthscale.training.optim import make_optimizer, schedule
 from depthscale.training.preflight import check_inputs
@@ -289,8 +289,8 @@ class _Run:
                              (p.state['params'], p.batch, p.replicated), p.replicated,
                              self.state['params'], self.eval_set[0], self.state['step'])
     self.analyzer = Analyzer(model, p, init_blocks, self.eval_set[0],
-                             cfg.metrics.analysis_batch_size, t.seed, cfg, analysed_layers(cfg)
-                             ) if cfg.metrics.analysis_every else None
+                             cfg.metrics.analysis_batch_size, t.seed, cfg, analysed_layers(cfg),
+                             fast_compile(cfg, self.compute_params)) if cfg.metrics.analysis_every else None
     host_memory.keep_freed_memory(p.platform)  # the steps' buffers are reused from here on
     distributed.barrier('compiled', COMPILE_WAIT_S)  # start the first collectives together
     self.analysis_scalars: dict[str, float] = {}
