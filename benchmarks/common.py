@@ -1,4 +1,4 @@
-"""Shared pieces of the benchmarks: the nanoGPT-shaped configs S and M, FLOPs per token,
+"""Shared pieces of the benchmarks: the nanoGPT-shaped configs S, M and D, FLOPs per token,
 the matmul peak of this machine, subprocess runs and a table printer."""
 
 from __future__ import annotations
@@ -13,21 +13,22 @@ import numpy as np
 
 from depthscale.config import default_config
 
-# name -> (d_model, layers, heads); vocab 256, seq 256, batch 8 for both
-SHAPES = {'S': (256, 8, 4), 'M': (512, 8, 8)}
-SEQ_LEN, BATCH, VOCAB = 256, 8, 256
+# name -> (d_model, layers, heads, seq_len); vocab 256, batch 8 for all. D is the deep,
+# narrow shape: its 64 layers run as a rolled scan (model.unroll_max_layers)
+SHAPES = {'S': (256, 8, 4, 256), 'M': (512, 8, 8, 256), 'D': (128, 64, 2, 128)}
+BATCH, VOCAB = 8, 256
 FLOPS_RULE = 'FLOPs/token = 6 x non-embedding params + 12 x layers x d_model x seq_len'
 
 
 def nano_config(name: str, steps: int, log_every: int):
   """depthscale config of the nanoGPT shape: pre-LN, LayerNorm, GELU 4x, learned positions,
   tied embeddings; eval and checkpoint only at the end."""
-  d, layers, heads = SHAPES[name]
+  d, layers, heads, seq_len = SHAPES[name]
   c = default_config()
   m = c.model
   m.d_model, m.num_layers, m.num_heads, m.vocab_size = d, layers, heads, VOCAB
   m.position, m.norm, m.block, m.mlp, m.tie_embeddings = 'learned', 'layernorm', 'pre_ln', 'gelu', True
-  c.data.seq_len, c.data.batch_size, c.data.eval_batches = SEQ_LEN, BATCH, 1
+  c.data.seq_len, c.data.batch_size, c.data.eval_batches = seq_len, BATCH, 1
   c.train.steps, c.train.log_every = steps, log_every
   c.train.eval_every = c.train.checkpoint_every = steps
   c.optim.warmup_steps = 1
@@ -39,7 +40,7 @@ def non_embedding_params(d: int, layers: int) -> int:
   return layers * (12 * d * d + 4 * d) + 2 * d
 
 
-def flops_per_token(d: int, layers: int, seq_len: int = SEQ_LEN) -> int:
+def flops_per_token(d: int, layers: int, seq_len: int) -> int:
   """6 N (forward + backward of the matmuls) + 12 L D T (attention scores and values)."""
   return 6 * non_embedding_params(d, layers) + 12 * layers * d * seq_len
 

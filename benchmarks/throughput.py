@@ -1,8 +1,9 @@
 """Training throughput: depthscale's real trainer (data pipeline, logging steps and all) vs a
-minimal PyTorch GPT of the same shape, interleaved A B A B, on configs S and M; MFU against
-a matmul peak measured in the same run; and the data pipeline's rate vs the trainer's.
+minimal PyTorch GPT of the same shape, interleaved A B A B, on configs S, M and D; the ratio's
+median and spread over the rounds; MFU against a matmul peak measured in the same run; and
+the data pipeline's rate vs the trainer's.
 
-  python benchmarks/throughput.py [--rounds 3] [--steps 21] [--log_every 10] [--configs S,M]
+  python benchmarks/throughput.py [--rounds 3] [--steps 21] [--log_every 10] [--configs S,M,D]
 """
 
 from __future__ import annotations
@@ -36,8 +37,8 @@ class TorchPeer:
   """The PyTorch GPT of config `name`, fed from the same data pipeline."""
 
   def __init__(self, name: str):
-    d, layers, heads = common.SHAPES[name]
-    self.model, self.step = make_trainer(common.VOCAB, common.SEQ_LEN, d, layers, heads, 4 * d)
+    d, layers, heads, self.seq_len = common.SHAPES[name]
+    self.model, self.step = make_trainer(common.VOCAB, self.seq_len, d, layers, heads, 4 * d)
     self.it = data.train_iterator(common.nano_config(name, 1, 1).data, seed=0)
     for _ in range(2):  # warm-up: allocator and kernel selection
       self._one()
@@ -52,7 +53,7 @@ class TorchPeer:
     for _ in range(steps):
       loss = self._one()
     loss.item()
-    return steps * common.BATCH * common.SEQ_LEN / (time.perf_counter() - t0)
+    return steps * common.BATCH * self.seq_len / (time.perf_counter() - t0)
 
 
 def pipeline_rate(name: str, batches: int) -> float:
@@ -62,7 +63,7 @@ def pipeline_rate(name: str, batches: int) -> float:
   t0 = time.perf_counter()
   for _ in range(batches):
     next(it)
-  return batches * common.BATCH * common.SEQ_LEN / (time.perf_counter() - t0)
+  return batches * common.BATCH * common.SHAPES[name][3] / (time.perf_counter() - t0)
 
 
 def main() -> None:
@@ -70,7 +71,7 @@ def main() -> None:
   p.add_argument('--rounds', type=int, default=3)
   p.add_argument('--steps', type=int, default=21, help='steps per depthscale round (>= 2 log intervals)')
   p.add_argument('--log_every', type=int, default=10, help="the trainer's default")
-  p.add_argument('--configs', default='S,M')
+  p.add_argument('--configs', default='S,M,D')
   p.add_argument('--pipeline_batches', type=int, default=200)
   a = p.parse_args()
   torch.set_num_threads(os.cpu_count() or 1)
@@ -96,16 +97,17 @@ def main() -> None:
         f'torch {peak["torch"]:.0f} GFLOP/s; MFU is against the larger, {peak_gflops:.0f}')
   rows = []
   for name, (ours, theirs) in results.items():
-    d, layers, _ = common.SHAPES[name]
-    fpt = common.flops_per_token(d, layers)
+    d, layers, _, seq_len = common.SHAPES[name]
+    fpt = common.flops_per_token(d, layers, seq_len)
     o, t = common.median(ours), common.median(theirs)
+    ratios = [x / y for x, y in zip(ours, theirs)]
     mfu = lambda tps, fpt=fpt: 100 * tps * fpt / (peak_gflops * 1e9)
-    rows.append([name, f'{d}x{layers}', f'{fpt / 1e6:.1f}M', o, t,
-                 common.median([x / y for x, y in zip(ours, theirs)]), f'{mfu(o):.0f}%', f'{mfu(t):.0f}%'])
-  print(common.FLOPS_RULE + f'; seq_len {common.SEQ_LEN}, batch {common.BATCH}, '
-        f'vocab {common.VOCAB}; medians of {a.rounds} interleaved rounds')
-  print(common.table(['config', 'DxL', 'FLOPs/tok', 'depthscale tok/s', 'torch eager tok/s',
-                      'ratio (median)', 'depthscale MFU', 'torch MFU'], rows))
+    rows.append([name, f'{d}x{layers}', seq_len, f'{fpt / 1e6:.1f}M', o, t, common.median(ratios),
+                 f'{min(ratios):.2f}-{max(ratios):.2f}', f'{mfu(o):.0f}%', f'{mfu(t):.0f}%'])
+  print(common.FLOPS_RULE + f'; batch {common.BATCH}, vocab {common.VOCAB}; medians of '
+        f'{a.rounds} interleaved rounds')
+  print(common.table(['config', 'DxL', 'T', 'FLOPs/tok', 'depthscale tok/s', 'torch eager tok/s',
+                      'ratio (median)', 'ratio (range)', 'depthscale MFU', 'torch MFU'], rows))
   if 'S' in trainer_rate:
     print(f'\ndata pipeline (source mix, S shape): {pipe:,.0f} tok/s = '
           f'{pipe / trainer_rate["S"]:.1f}x what the trainer consumes on S')
