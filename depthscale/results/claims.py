@@ -13,7 +13,6 @@ the seeds (intervals.t_interval). One seed gives no interval: nothing separates.
 from __future__ import annotations
 
 import dataclasses
-import re
 
 import numpy as np
 import pandas as pd
@@ -25,7 +24,6 @@ REPRODUCES, NOT_AT_SIZE = 'reproduces', 'does not at this size'
 CONTRADICTS, NOT_MEASURED = 'contradicts', 'not measured'
 VERDICTS = (REPRODUCES, NOT_AT_SIZE, CONTRADICTS, NOT_MEASURED)
 NO_NUMBER = 'no number in the abstract (full paper not read here)'
-SEED_PART = re.compile(r'(_best)?_s\d+(?=_|$)')
 
 
 def _order(stats: pd.DataFrame, a: str, b: str) -> int:
@@ -229,17 +227,12 @@ CLAIMS: tuple[Claim, ...] = (
 )
 
 
-def variant(rung: str) -> str:
-  """The rung name without its seed part ('_s<k>' or '_best_s<k>')."""
-  return SEED_PART.sub('', rung)
-
-
 def variant_stats(res: Results) -> pd.DataFrame:
   """Per variant (index): seeds, mean, low, high (final eval loss, 95% Student-t), lr,
   L, D, params (non-embedding), tokens, data."""
   cfg = res.configs.set_index('rung')
   rows = []
-  for v, g in res.summaries.groupby(res.summaries.rung.map(variant), sort=False):
+  for v, g in res.summaries.groupby(res.summaries.rung.map(intervals.variant), sort=False):
     mean, low, high = intervals.t_interval(g.final_eval_loss)
     c = cfg.loc[g.rung.iloc[0]]
     rows.append({'variant': v, 'seeds': len(g), 'mean': mean, 'low': low, 'high': high,

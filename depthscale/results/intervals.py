@@ -12,8 +12,14 @@ import pandas as pd
 from scipy import stats
 
 LEVEL = 0.95  # interval coverage
-STAGE2 = re.compile(r'^(?P<variant>.+)_best_s\d+$')  # ladder.lr_sweep's stage-2 rung names
+SEED_PART = re.compile(r'(_best)?_s\d+(?=_|$)')  # '_s<k>', or lr_sweep's stage-2 '_best_s<k>'
 COLUMNS = ['variant', 'lr', 'rates', 'seeds', 'mean', 'low', 'high', 'rank']
+
+
+def variant(rung: str) -> str:
+  """The rung name without its seed part: 'post_ln_s2' -> 'post_ln', 'pre_ln_best_s1' ->
+  'pre_ln', 'pre_ln_s0_d64_L8' -> 'pre_ln_d64_L8'."""
+  return SEED_PART.sub('', rung)
 
 
 def t_interval(values, level: float = LEVEL) -> tuple[float, float, float]:
@@ -41,12 +47,11 @@ def sweep_table(choices: pd.DataFrame, summaries: pd.DataFrame,
   Results.choices (the stage-2 rungs' best_lr.json) and Results.summaries."""
   loss = summaries.set_index('rung')['final_eval_loss'] if len(summaries) else pd.Series()
   rows = []
-  for variant, g in choices.groupby(choices.rung.str.replace(STAGE2, r'\g<variant>', regex=True),
-                                    sort=False):
+  for name, g in choices.groupby(choices.rung.map(variant), sort=False):
     seeds = [loss[r] for r in g.rung if r in loss.index]
     if seeds:
       mean, low, high = t_interval(seeds, level)
-      rows.append({'variant': variant, 'lr': g.lr.iloc[0], 'rates': len(g.losses.iloc[0]),
+      rows.append({'variant': name, 'lr': g.lr.iloc[0], 'rates': len(g.losses.iloc[0]),
                    'seeds': len(seeds), 'mean': mean, 'low': low, 'high': high})
   out = pd.DataFrame(rows, columns=COLUMNS[:-1])
   out['rank'] = [1 + sum(order((l2, h2), (l, h)) < 0 for l2, h2 in zip(out.low, out.high))
