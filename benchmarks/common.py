@@ -51,11 +51,12 @@ MATMUL_SHAPES = [(2048, 256, 768), (2048, 256, 1024), (2048, 1024, 256), (2048, 
 
 def _best_rate(fn, flops: float, repeats: int) -> float:
   fn()
-  best = min(_timed(fn) for _ in range(repeats))
+  best = min(timed_call(fn) for _ in range(repeats))
   return flops / best / 1e9
 
 
-def _timed(fn) -> float:
+def timed_call(fn) -> float:
+  """Seconds one call of fn takes."""
   t0 = time.perf_counter()
   fn()
   return time.perf_counter() - t0
