@@ -126,9 +126,9 @@ def jvp(fn, primal, tangent):
 # XLA's own (Eigen) dots instead: cacheable, ~5% slower. A program over several CPU devices
 # (a fake mesh) keeps XLA's dots too: with oneDNN and 32 XLA threads for 8 devices, sharded
 # train steps crashed in oneDNN's thread-pool adaptor and the analyses hung in a collective.
-# Which of the two is faster depends on the host and the shape (oneDNN made S slower on an
-# AMD host): where both are allowed, train.cpu_options picks one of CPU_OPTION_SETS, by
-# default by timing (depthscale.training.cpu_calibration).
+# Which of the two is faster depends on the host and the shape: where both are allowed
+# (onednn_allowed), train.cpu_options picks one of CPU_OPTION_SETS, by default by timing the
+# rung's own step (depthscale.training.cpu_calibration, benchmarks/NOTES.md).
 CPU_COMPILER_OPTIONS = {'xla_cpu_experimental_ynn_fusion_type': '', 'xla_cpu_use_onednn': True,
                         'xla_cpu_experimental_onednn_fusion_type': 'LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT'}
 CACHEABLE_CPU_COMPILER_OPTIONS = {'xla_cpu_experimental_ynn_fusion_type': ''}

@@ -102,8 +102,8 @@ def _timed(step, state, batch) -> tuple:
 
 
 def time_steps(steps: dict, state, batch, warm: tuple = ()) -> dict:
-  """Median ms per step of each compiled step (name -> step), WARMUP then TIMED rounds
-  interleaved (A B A B ...), chained on a copy of `state` (the steps donate it; `state`
+  """name -> the ms of each of TIMED steps of that compiled step, after WARMUP, the names
+  interleaved (A B A B ...) and chained on a copy of `state` (the steps donate it; `state`
   itself is untouched). warm: the names already run once (their warm-up is done)."""
   state = jax.tree.map(lambda x: x.copy(), state)
   times = {name: [] for name in steps}
@@ -114,7 +114,14 @@ def time_steps(steps: dict, state, batch, warm: tuple = ()) -> dict:
       state, ms = _timed(step, state, batch)
       if r >= WARMUP:
         times[name].append(ms)
-  return {name: float(np.median(t)) for name, t in times.items()}
+  return times
+
+
+def choose(times: dict) -> str:
+  """The set with the fastest median step, if each of its timed steps beat every one of
+  DEFAULT's; else DEFAULT (a difference within the noise, e.g. of a busy host)."""
+  best = min(times, key=lambda name: np.median(times[name]))
+  return best if max(times[best]) < min(times[DEFAULT]) else DEFAULT
 
 
 def worth_calibrating(steps_left: int, step_ms: float, compile_s: float, sets: int) -> bool:
@@ -137,7 +144,8 @@ def compile_plain(plan, step_fn, state, batch, mode: str, steps_left: int) -> tu
   t0 = time.perf_counter()
   path, key = cache_path(), cache_key(lowered)
   cached = read_cache(path).get(key)
-  if isinstance(cached, dict) and cached.get('choice') in ops.CPU_OPTION_SETS:
+  if (isinstance(cached, dict) and cached.get('choice') in ops.CPU_OPTION_SETS
+      and isinstance(cached.get('ms'), dict)):
     seconds = time.perf_counter() - t0
     return (plan.compile_lowered(lowered, cpu_set=cached['choice']),
             {**cached, 'source': 'cache', 'cache': path, 'seconds': seconds})
@@ -149,9 +157,10 @@ def compile_plain(plan, step_fn, state, batch, mode: str, steps_left: int) -> tu
   if worth_calibrating(steps_left, first_ms, compile_s, len(ops.CPU_OPTION_SETS)):
     steps.update({name: plan.compile_lowered(lowered, cpu_set=name)
                   for name in ops.CPU_OPTION_SETS if name != DEFAULT})
-    ms = time_steps(steps, state, batch, warm=(DEFAULT,))
-    entry = {'choice': min(ms, key=ms.get), 'ms': ms, 'host': host(),
-             'date': datetime.date.today().isoformat()}
+    times = time_steps(steps, state, batch, warm=(DEFAULT,))
+    entry = {'choice': choose(times), 'host': host(), 'date': datetime.date.today().isoformat(),
+             'ms': {name: float(np.median(t)) for name, t in times.items()},
+             'timed_ms': times, 'load': os.getloadavg()[0]}
     record = {**entry, 'source': 'calibrated', 'cache': path if write_cache(path, key, entry)
               else None}
   record['seconds'] = time.perf_counter() - t0 - compile_s
@@ -167,7 +176,9 @@ def describe(name: str, record: dict) -> str:
     return line + (f' (the default: the run is too short to pay for a calibration; '
                    f'{record["seconds"]:.1f} s to find out)')
   how = (f'calibrated in {record["seconds"]:.1f} s' if record['source'] == 'calibrated'
-         else f'measured {record["date"]}')
+         else f'measured {record["date"]}') + f' at load {record.get("load", float("nan")):.1f}'
   where = f'cached in {record["cache"]}' if record['cache'] else 'not cached'
   times = ', '.join(f'{n} {ms:,.1f} ms' for n, ms in record['ms'].items())
+  if record['choice'] != min(record['ms'], key=record['ms'].get):
+    times += ': within the noise, the default kept'
   return f'{line} ({times}; {how}, {where})'
