@@ -229,3 +229,22 @@ def test_rung_calibrates_once_then_trains_as_the_forced_choice(tmp_path, cache, 
   np.testing.assert_allclose(_losses(tmp_path / 'forced'), _losses(tmp_path / 'first'),
                              rtol=1e-6)
 
+
+
+@x86
+@onednn_warning
+def test_a_resumed_rung_keeps_its_recorded_choice(tmp_path, cache, compiles, choice_allowed):
+  """A rung resumed from a checkpoint compiles the choice its cpu_options.json records,
+  neither timing again nor reading the cache (deleted here), so it goes on computing what
+  it computed; the record of the calibration stays."""
+  cfg = config(**{'train.checkpoint_every': 2})
+  workdir = str(tmp_path / 'rung')
+  train_rung(cfg, workdir, stop_at_step=3)
+  record = storage.read_json(os.path.join(workdir, 'cpu_options.json'))
+  assert record['source'] == 'calibrated'
+  os.remove(cache)
+  compiles.clear()
+  summary = train_rung(cfg, workdir)
+  assert compiles[:2] == [record['choice']] * 2 and summary['cpu_options'] == record['choice']
+  assert storage.read_json(os.path.join(workdir, 'cpu_options.json')) == record
+  assert not os.path.exists(cache)

@@ -131,16 +131,20 @@ def worth_calibrating(steps_left: int, step_ms: float, compile_s: float, sets: i
   return steps_left * step_ms / 1e3 * PAYBACK_GAIN >= cost_s
 
 
-def compile_plain(plan, step_fn, state, batch, mode: str, steps_left: int) -> tuple:
+def compile_plain(plan, step_fn, state, batch, mode: str, steps_left: int,
+                  resumed: str | None = None) -> tuple:
   """(the plain train step compiled, a record of how its CPU options were chosen, or None
-  where there is no choice). mode is train.cpu_options: a set's name, or 'auto': the cached
-  choice for this host and step, else a calibration if worth_calibrating, else DEFAULT.
-  The record's 'seconds': the wall time 'auto' added to the one compile a rung needs."""
+  where there is no choice). mode is train.cpu_options: a set's name, or 'auto': the choice
+  of the run this one resumes (`resumed`: it then computes what that run would have), else
+  the cached choice for this host and step, else a calibration if worth_calibrating, else
+  DEFAULT. The record's 'seconds': the wall time 'auto' added to the one compile a rung needs."""
   lowered = plan.lower_train_step(step_fn, state, batch)
   if not ops.onednn_allowed(plan.platform, plan.mesh.size):
     return plan.compile_lowered(lowered), None
   if mode != 'auto':
     return plan.compile_lowered(lowered, cpu_set=mode), {'choice': mode, 'source': 'config'}
+  if resumed in ops.CPU_OPTION_SETS:
+    return plan.compile_lowered(lowered, cpu_set=resumed), {'choice': resumed, 'source': 'resumed'}
   t0 = time.perf_counter()
   path, key = cache_path(), cache_key(lowered)
   cached = read_cache(path).get(key)
@@ -170,8 +174,9 @@ def compile_plain(plan, step_fn, state, batch, mode: str, steps_left: int) -> tu
 def describe(name: str, record: dict) -> str:
   """One line: the rung's CPU options and how they were chosen."""
   line = f'{name} cpu options: {record["choice"]}'
-  if record['source'] == 'config':
-    return line + ' (train.cpu_options)'
+  if record['source'] in ('config', 'resumed'):
+    return line + (' (train.cpu_options)' if record['source'] == 'config' else
+                   " (the resumed run's choice)")
   if record['source'] == 'short run':
     return line + (f' (the default: the run is too short to pay for a calibration; '
                    f'{record["seconds"]:.1f} s to find out)')

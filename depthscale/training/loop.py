@@ -282,13 +282,16 @@ class _Run:
     self.batch = self.plan.global_batch(next(self.it))
     watchdog.pause()  # compiling: long, and no other process is involved
     t0 = time.perf_counter()
+    chosen = storage.join(workdir, 'cpu_options.json')
+    resumed = storage.read_json(chosen)['choice'] if start and storage.exists(chosen) else None
     self.plain, self.cpu_options = cpu_calibration.compile_plain(
         self.plan, make_train_step(model, tx, lr_fn, cfg), self.state, self.batch,
-        t.cpu_options, t.steps - start)
+        t.cpu_options, t.steps - start, resumed)
     self.compile_s = time.perf_counter() - t0 - (self.cpu_options or {}).get('seconds', 0.0)
     if self.cpu_options and self.lead:
       print(cpu_calibration.describe(name, self.cpu_options), flush=True)
-      storage.write_json(storage.join(workdir, 'cpu_options.json'), self.cpu_options, indent=2)
+      if self.cpu_options['source'] != 'resumed':  # keeps the times of the choice
+        storage.write_json(chosen, self.cpu_options, indent=2)
     self.with_stats = self.plan.compile_train_step(
         make_train_step(stats_model, tx, lr_fn, cfg), self.state, self.batch,
         cpu_set=self.cpu_options['choice'] if self.cpu_options else cpu_calibration.DEFAULT)
