@@ -2,9 +2,10 @@
 
 Where the step may take oneDNN (ops.onednn_allowed: an x86 host, one CPU device, no JAX
 compilation cache), oneDNN's dots or XLA's own (Eigen) are faster depending on the host and
-the shape. 'auto' compiles the plain step with each set of ops.CPU_OPTION_SETS, times them
-on a copy of the state and keeps the fastest; the choice is cached per host and per lowered
-step (its shapes and model) in a JSON file, so a host measures a shape once.
+the shape. 'auto' compiles the plain step with each set of ops.CPU_OPTION_SETS (where the
+run is long enough to pay for that), times them on a copy of the state and keeps the fastest
+(oneDNN unless another is faster beyond the noise); the choice is cached per host and per
+lowered step (its shapes and model) in a JSON file, so a host measures a shape once.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ CHOICES = ('auto', *ops.CPU_OPTION_SETS)
 CACHE_ENV = 'DEPTHSCALE_CPU_OPTIONS_CACHE'  # the cache file (default: see cache_path)
 WARMUP, TIMED = 1, 3  # rounds per candidate, interleaved; the median of the timed ones counts
 # 'auto' calibrates when a step this much faster would pay the calibration back within the
-# run (the smallest difference measured between the sets, benchmarks/NOTES.md)
+# run (Eigen's ~5% behind oneDNN on config S, benchmarks/NOTES.md change 6)
 PAYBACK_GAIN = 0.05
 
 
