@@ -1,6 +1,6 @@
 """pytest set-up: one persistent JAX compilation cache for the session, fast-compiling XLA
 flags, slow modules first, module-scoped fixtures built on one worker, a GCS-compatible
-server on 127.0.0.1 (the `gcs` fixture), a CPU options cache of the session's own."""
+server on 127.0.0.1 (the `gcs` fixture), a CPU options cache of the test run's own."""
 
 import functools
 import os
@@ -85,7 +85,7 @@ def pytest_collection_modifyitems(items):
 
 @pytest.fixture(scope='session', autouse=True)
 def cpu_options_cache(tmp_path_factory):
-  """The session's CPU options cache (depthscale.training.cpu_calibration) in a temporary
+  """The test run's CPU options cache (depthscale.training.cpu_calibration) in a temporary
   directory, for its subprocesses too: no test reads or writes the user's."""
   from depthscale.training import cpu_calibration  # pylint: disable=import-outside-toplevel
   path = tmp_path_factory.mktemp('cpu_options') / 'cpu_options.json'
