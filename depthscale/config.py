@@ -9,7 +9,7 @@ from depthscale import data
 from depthscale.errors import ConfigError
 from depthscale.model import (inner_norms, norms, ops, parametrization, placements,
                               recurrence, residual, taper)
-from depthscale.training import dynamics, optim, sharding
+from depthscale.training import cpu_calibration, dynamics, optim, sharding
 
 ConfigDict = ml_collections.ConfigDict
 __all__ = ['ConfigDict', 'ConfigError', 'default_config', 'validate']
@@ -137,6 +137,7 @@ def default_config() -> ConfigDict:
   t.checkpoint_every = 100  # steps between checkpoints (and at the end)
   t.keep_checkpoints = 2  # checkpoints kept on disk
   t.watchdog_seconds = 1800.0  # a stuck step, analysis, eval or checkpoint exits non-zero after this; 0 = off
+  t.cpu_options = 'auto'  # train step's XLA-CPU dots where oneDNN is allowed (x86, one CPU device, no compilation cache): 'onednn', 'eigen', or 'auto' (timed once per host and shape, cached; depthscale.training.cpu_calibration)
   t.prores = 'none'  # ProRes schedule: see depthscale.training.dynamics.PRORES
   t.prores_warmup_steps = 0  # ProRes W: total warmup steps (layer l done at ~W l / L)
   t.prores_value = 'zero'  # ProRes stagewise floor / fix constant: zero, inv_L, inv_sqrt_L, inv_sqrt_l
@@ -380,6 +381,7 @@ def validate(cfg: ConfigDict) -> None:
       _fail(f'optim.{f}', cfg.optim[f], 'a number in [0, 1]')
   if not isinstance(cfg.train.watchdog_seconds, (int, float)) or cfg.train.watchdog_seconds < 0:
     _fail('train.watchdog_seconds', cfg.train.watchdog_seconds, '0 (off) or a positive number of seconds')
+  check_choice('train.cpu_options', cfg.train.cpu_options, cpu_calibration.CHOICES)
   check_positive(cfg, ['metrics.analysis_batch_size', 'metrics.tb_layers'])
   check_choice('metrics.analysis_compile', cfg.metrics.analysis_compile, ('auto', 'optimized', 'fast'))
   n = cfg.metrics.analysis_layers

@@ -1,6 +1,6 @@
 """pytest set-up: one persistent JAX compilation cache for the session, fast-compiling XLA
 flags, slow modules first, module-scoped fixtures built on one worker, a GCS-compatible
-server on 127.0.0.1 (the `gcs` fixture)."""
+server on 127.0.0.1 (the `gcs` fixture), a CPU options cache of the test run's own."""
 
 import functools
 import os
@@ -81,6 +81,15 @@ def pytest_collection_modifyitems(items):
         'cases' in getattr(item, 'fixturenames', ()) or 'two_processes' in item.name):
       item.add_marker(pytest.mark.slow)
   items.sort(key=lambda item: item.path.name not in SLOW_MODULES)
+
+
+@pytest.fixture(scope='session', autouse=True)
+def cpu_options_cache(tmp_path_factory):
+  """The test run's CPU options cache (depthscale.training.cpu_calibration) in a temporary
+  directory, for its subprocesses too: no test reads or writes the user's."""
+  from depthscale.training import cpu_calibration  # pylint: disable=import-outside-toplevel
+  path = tmp_path_factory.mktemp('cpu_options') / 'cpu_options.json'
+  os.environ[cpu_calibration.CACHE_ENV] = str(path)
 
 
 @pytest.fixture(scope='session')

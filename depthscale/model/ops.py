@@ -126,9 +126,13 @@ def jvp(fn, primal, tangent):
 # XLA's own (Eigen) dots instead: cacheable, ~5% slower. A program over several CPU devices
 # (a fake mesh) keeps XLA's dots too: with oneDNN and 32 XLA threads for 8 devices, sharded
 # train steps crashed in oneDNN's thread-pool adaptor and the analyses hung in a collective.
+# Which of the two is faster depends on the host and the shape: where both are allowed
+# (onednn_allowed), train.cpu_options picks one of CPU_OPTION_SETS, by default by timing the
+# rung's own step (depthscale.training.cpu_calibration, benchmarks/NOTES.md).
 CPU_COMPILER_OPTIONS = {'xla_cpu_experimental_ynn_fusion_type': '', 'xla_cpu_use_onednn': True,
                         'xla_cpu_experimental_onednn_fusion_type': 'LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT'}
 CACHEABLE_CPU_COMPILER_OPTIONS = {'xla_cpu_experimental_ynn_fusion_type': ''}
+CPU_OPTION_SETS = {'onednn': CPU_COMPILER_OPTIONS, 'eigen': CACHEABLE_CPU_COMPILER_OPTIONS}
 
 
 def platform_of(devices=None) -> str:
@@ -142,19 +146,30 @@ def platform_of(devices=None) -> str:
 FAST_CPU_COMPILE = {'xla_backend_optimization_level': 0}
 
 
-def compiler_options(target: str, devices: int = 1, fast: bool = False) -> dict | None:
+def _x86() -> bool:
+  return platform.machine().lower() in ('x86_64', 'amd64')
+
+
+def onednn_allowed(target: str, devices: int = 1) -> bool:
+  """Whether a program for platform `target` over `devices` devices may take the oneDNN
+  options: a CPU target on an x86 host (the host is the target), one device and no JAX
+  compilation cache. Only there do the sets of CPU_OPTION_SETS differ."""
+  return target == 'cpu' and _x86() and devices == 1 and not jax.config.jax_compilation_cache_dir
+
+
+def compiler_options(target: str, devices: int = 1, fast: bool = False,
+                     cpu_set: str = 'onednn') -> dict | None:
   """Per-compile XLA options for a program compiled for platform `target` over `devices`
-  devices (None: XLA's defaults); the CPU options only for a CPU target on an x86 host (the
-  host is the target), oneDNN only for one device and no compilation cache. fast: a CPU
+  devices (None: XLA's defaults); the CPU options only for a CPU target on an x86 host:
+  CPU_OPTION_SETS[cpu_set] where onednn_allowed, else the cacheable ones. fast: a CPU
   program compiled unoptimized (FAST_CPU_COMPILE)."""
   if target != 'cpu':
     return None
   extra = FAST_CPU_COMPILE if fast else {}
-  if platform.machine().lower() not in ('x86_64', 'amd64'):
+  if not _x86():
     return extra or None
-  if jax.config.jax_compilation_cache_dir or devices > 1:
-    return {**CACHEABLE_CPU_COMPILER_OPTIONS, **extra}
-  return {**CPU_COMPILER_OPTIONS, **extra}
+  allowed = onednn_allowed(target, devices)
+  return {**(CPU_OPTION_SETS[cpu_set] if allowed else CACHEABLE_CPU_COMPILER_OPTIONS), **extra}
 
 
 # Query block of the CPU attention: causal blocks above the diagonal are never computed.

@@ -15,7 +15,8 @@ from depthscale.model import recurrence, taper
 from depthscale.model.transformer import make_model, param_counts
 from depthscale.posthoc import init_from, ln_free
 from depthscale.results import plots
-from depthscale.training import distributed, host_memory, resume, sharding, tb_layout
+from depthscale.training import (cpu_calibration, distributed, host_memory, resume, sharding,
+                                 tb_layout)
 from depthscale.training.analysis import Analyzer, analysed_layers, evenly_spaced, fast_compile
 from depthscale.training.checkpoint import Checkpointer, abstract
 from depthscale.training.optim import make_optimizer, schedule
@@ -281,9 +282,19 @@ class _Run:
     self.batch = self.plan.global_batch(next(self.it))
     watchdog.pause()  # compiling: long, and no other process is involved
     t0 = time.perf_counter()
-    self.plain = self._compile(make_train_step(model, tx, lr_fn, cfg))
-    self.compile_s = time.perf_counter() - t0
-    self.with_stats = self._compile(make_train_step(stats_model, tx, lr_fn, cfg))
+    chosen = storage.join(workdir, 'cpu_options.json')
+    resumed = storage.read_json(chosen)['choice'] if start and storage.exists(chosen) else None
+    self.plain, self.cpu_options = cpu_calibration.compile_plain(
+        self.plan, make_train_step(model, tx, lr_fn, cfg), self.state, self.batch,
+        t.cpu_options, t.steps - start, resumed)
+    self.compile_s = time.perf_counter() - t0 - (self.cpu_options or {}).get('seconds', 0.0)
+    if self.cpu_options and self.lead:
+      print(cpu_calibration.describe(name, self.cpu_options), flush=True)
+      if self.cpu_options['source'] != 'resumed':  # keeps the times of the choice
+        storage.write_json(chosen, self.cpu_options, indent=2)
+    self.with_stats = self.plan.compile_train_step(
+        make_train_step(stats_model, tx, lr_fn, cfg), self.state, self.batch,
+        cpu_set=self.cpu_options['choice'] if self.cpu_options else cpu_calibration.DEFAULT)
     p = self.plan
     self.eval_fn = p.compile(make_eval_step(model, self.hops, cfg),
                              (p.state['params'], p.batch, p.replicated), p.replicated,
@@ -299,9 +310,6 @@ class _Run:
                   'tokens': 0, 'seconds': 0.0}
     self.last_loss = float('nan')
     self.eval_scalars: dict[str, float] = {}
-
-  def _compile(self, step_fn):
-    return self.plan.compile_train_step(step_fn, self.state, self.batch)
 
   def loop(self, preempt: _Preemption, stop_at_step: int | None) -> dict:
     """Runs steps start..steps-1; outputs of step s are checked while step s+1 runs."""
@@ -427,6 +435,7 @@ class _Run:
         'compute_params': self.compute_params,
         'tokens': cfg.train.steps * self.tokens_per_step, 'steps': cfg.train.steps,
         'compile_s': self.compile_s, **self.posthoc_info,
+        **({'cpu_options': self.cpu_options['choice']} if self.cpu_options else {}),
         **({'norms_removed': ln_free.removed(self.state['params'])} if self.remover else {}),
         **({'data_sha256': self.data_info['sha256']} if 'sha256' in self.data_info else {}),
         'tokens_per_sec': c['tokens'] / c['seconds'] if c['seconds'] else

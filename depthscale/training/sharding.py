@@ -165,21 +165,39 @@ class Plan:
       return jax.jit(init_fn, static_argnums=tuple(range(len(static_args))),
                      out_shardings=self.state)(*static_args)
 
-  def compile(self, fn, in_shardings: tuple, out_shardings, *args, donate_argnums=(),
-              options: dict | None = None, fast: bool = False):
-    """Ahead-of-time compile of fn(*args) in the plan's context with explicit shardings
-    (arguments may be abstract); what every program of a rung goes through. options: XLA
-    options over the platform's own; fast: see ops.compiler_options."""
-    options = {**(ops.compiler_options(self.platform, self.mesh.size, fast) or {}),
-               **(options or {})}
+  def lower(self, fn, in_shardings: tuple, out_shardings, *args, donate_argnums=()):
+    """fn(*args) lowered in the plan's context with explicit shardings (arguments may be
+    abstract)."""
     with self.context():
       return jax.jit(fn, donate_argnums=donate_argnums, in_shardings=in_shardings,
-                     out_shardings=out_shardings).lower(*args).compile(options or None)
+                     out_shardings=out_shardings).lower(*args)
 
-  def compile_train_step(self, step_fn, state, batch, options: dict | None = None):
-    """state, batch -> (state, out): the state is donated and outputs are replicated."""
-    return self.compile(step_fn, (self.state, self.batch), (self.state, self.replicated),
-                        state, batch, donate_argnums=0, options=options)
+  def compile_lowered(self, lowered, options: dict | None = None, fast: bool = False,
+                      cpu_set: str = 'onednn'):
+    """A lowered program compiled with XLA options `options` over the platform's own (fast,
+    cpu_set: see ops.compiler_options)."""
+    options = {**(ops.compiler_options(self.platform, self.mesh.size, fast, cpu_set) or {}),
+               **(options or {})}
+    with self.context():
+      return lowered.compile(options or None)
+
+  def compile(self, fn, in_shardings: tuple, out_shardings, *args, donate_argnums=(),
+              options: dict | None = None, fast: bool = False):
+    """Ahead-of-time compile of fn(*args) (lower, then compile_lowered); what every program
+    of a rung goes through."""
+    return self.compile_lowered(self.lower(fn, in_shardings, out_shardings, *args,
+                                           donate_argnums=donate_argnums), options, fast)
+
+  def lower_train_step(self, step_fn, state, batch):
+    """state, batch -> (state, out), lowered: the state is donated and outputs are replicated."""
+    return self.lower(step_fn, (self.state, self.batch), (self.state, self.replicated),
+                      state, batch, donate_argnums=0)
+
+  def compile_train_step(self, step_fn, state, batch, options: dict | None = None,
+                         cpu_set: str = 'onednn'):
+    """lower_train_step compiled (options, cpu_set: see compile_lowered)."""
+    return self.compile_lowered(self.lower_train_step(step_fn, state, batch), options,
+                                cpu_set=cpu_set)
 
   def global_batch(self, local: dict) -> dict:
     """One global array per field from this process's rows (batch axis sharded)."""
