@@ -24,6 +24,28 @@ of temporaries against 95.74 GB of HBM per chip; `model.remat=nothing_saveable` 
 42-46%.
 TPU dry run on v5p-256: every rung fits (peak 68.1 GiB of 88.5 GiB per chip); estimated step
 0.00428-0.253 s (roofline estimate, not measured).
+On H100 nodes (`--dry_run --topology=h100-8 --num_nodes=2
+--config.model.remat=nothing_saveable`, recorded in
+experiments/dryrun/repro_depth_transfer.paper.h100-8x2.json, which keeps the flag): on GPUs
+this ladder needs remat. As configured (no remat) no node count holds its L128 rungs: the
+standard L128 rung's peak is 186.9 GiB per GPU on 16 nodes and 106.5 GiB on 32 (one sequence
+per GPU, the most a batch of 256 allows). With every block rematerialized (the backward
+recomputes each block from its saved input, about one more forward pass) two nodes are the
+fewest, 16-way data parallel; on one node, with remat, the completep L128 rung's peak is
+92.8 GiB. Per-GPU peak 18.6 GiB at L2 to 58.1 GiB at L128 (18.0 GiB of it float32 parameters
+and Adam moments), the same for the three parametrizations. No cheaper named policy saves
+more and fits: dots_with_no_batch_dims_saveable compiles to the same 58.1 GiB (the block's
+projections are custom-VJP matmuls, ops.matmul, which the dot policies do not see, so it
+keeps nothing more), and dots_saveable (checkpoint_dots) also keeps the attention scores:
+582.5 GiB. The TPU record above is of the ladder without remat. model.dtype=float32, so
+XLA's attention runs; XLA's cost model counts 26-63% of the analytic FLOPs of the GPU
+program, so the estimate uses the analytic count, which leaves out the recomputation; the
+bytes XLA counts bound the estimated step (MFU estimate 21-31%). Each step compiled in at
+most 22 s on the 2-core host with other jobs running (the whole ladder, 21 distinct
+programs: 23 minutes).
+GPU dry run on 2 h100-8 nodes with model.remat=nothing_saveable: every rung fits (peak 58.1
+GiB of 71.2 GiB usable per GPU; XLA's attention); estimated step 0.0324-1.37 s (roofline
+estimate, not measured).
 """
 
 from depthscale.ladder import Rung

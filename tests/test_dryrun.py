@@ -124,6 +124,26 @@ def test_an_xla_flops_undercount_is_flagged():
   assert dryrun.flops_note({**record, 'xla_flops_per_device': 0.86 * 119.0e12}) is None
   assert dryrun.flops_note({'model_flops_per_device': 1e12}) is None  # not scaled: no claim
 
+def test_a_record_keeps_the_config_flags_it_was_compiled_with(tmp_path):
+  """The command line's config flags go into the JSON record (and its summary names them);
+  a record compiled without any has no such field."""
+  path = tmp_path / 'ladder.py'
+  path.write_text(LADDER.replace("'mesh.fsdp': 2, 'mesh.tensor': 2", "'mesh.fsdp': 1"))
+  for name, overrides in (('remat', {'model.remat': 'nothing_saveable'}), ('plain', None)):
+    dryrun.dry_run(str(path), overrides, 'L1', json_path=str(tmp_path / f'{name}.json'),
+                   shardings=False)
+  remat, plain = (json.loads((tmp_path / f'{n}.json').read_text()) for n in ('remat', 'plain'))
+  assert remat['overrides'] == {'model.remat': 'nothing_saveable'} and 'overrides' not in plain
+  rung = {'fits': True, 'peak_bytes_per_device': 2 ** 30, 'hbm_bytes_per_device': 2 ** 31,
+          'estimate': {'step_s': 1.0}, 'steps': {'plain': {'attention': 'xla'}}}
+  tpu = {'topology': 'v5p-8', 'num_slices': 1, 'rungs': [rung], 'overrides': remat['overrides']}
+  assert dryrun.summary(tpu).startswith(
+      'TPU dry run on v5p-8 with model.remat=nothing_saveable: every rung fits')
+  gpu = {**tpu, 'topology': 'h100-8', 'num_nodes': 2}
+  assert dryrun.summary(gpu).startswith(
+      'GPU dry run on 2 h100-8 nodes with model.remat=nothing_saveable: every rung fits')
+
+
 @needs_libtpu
 @pytest.mark.filterwarnings('ignore:Error reading persistent compilation cache')
 def test_a_rung_the_tpu_compiler_refuses_is_reported_and_the_ladder_goes_on(tmp_path,

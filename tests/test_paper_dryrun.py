@@ -1,8 +1,9 @@
 """Paper-size ladders are checked: every experiments/repro_*.py paper ladder has a recorded
 TPU dry run and one on the fewest H100 nodes that hold it (experiments/dryrun/*.json, written
-by --dry_run --topology [--num_nodes] --dry_run_json), each record is of the ladder as it is
-now (rung names, parameter counts), and the experiment's docstring and every doc that names
-the record state its result."""
+by --dry_run --topology [--num_nodes] --dry_run_json [--config.SECTION.FIELD=VALUE ...]),
+each record is of the ladder as it is now with the config flags the record names (rung
+names, parameter counts), and the experiment's docstring and every doc that names the
+record state its result."""
 
 import glob
 import json
@@ -39,15 +40,6 @@ def test_every_paper_ladder_has_a_record():
     assert f'{name}:paper' in recorded, f'{name}: no paper dry run in experiments/dryrun/'
 
 
-# Paper ladders without an H100 record yet (the test fails once a record appears, so that
-# this list shrinks with it). repro_depth_transfer: no node count holds the ladder as
-# configured (float32, no remat, data parallel): the standard L128 rung's peak is 186.9 GiB
-# per GPU on 16 nodes and 106.5 GiB on 32 (one sequence per GPU, the most its batch of 256
-# allows), model.remat=nothing_saveable 28.3 GiB on 16. Checking that rung on 16 nodes (both
-# steps, the cost probes and the remat alternative) took 50 s on the 2-core host.
-H100_PENDING = ('experiments/repro_depth_transfer.py',)
-
-
 def test_every_paper_ladder_has_an_h100_record_that_holds_it():
   """The GPU records: each paper ladder on the fewest H100 nodes that hold it (the docstring
   says which smaller count does not), the 1B rung on one and on two nodes."""
@@ -60,9 +52,6 @@ def test_every_paper_ladder_has_an_h100_record_that_holds_it():
   for repro in REPROS:
     name = os.path.relpath(repro, ROOT)
     records = h100.get(f'{name}:paper', [])
-    if name in H100_PENDING:
-      assert not records, f'{name}: recorded, take it off H100_PENDING'
-      continue
     assert len(records) == 1 and all(r['fits'] for r in records[0]['rungs']), repro
   assert sorted(r['num_nodes'] for r in h100['experiments/pod_1b.py']) == [1, 2]
 
@@ -72,7 +61,7 @@ def test_docstring_states_the_recorded_dry_run_of_the_current_ladder(path):
   record = _record(path)
   config_arg = os.path.join(ROOT, record['config'])
   assert dryrun.summary(record) in _words(load_module(split_arg(config_arg)[0]).__doc__)
-  resolved = resolve(config_arg)
+  resolved = resolve(config_arg, record.get('overrides'))
   assert [r.name for r, _ in resolved] == [r['rung'] for r in record['rungs']]
   assert [param_count(cfg) for _, cfg in resolved] == [r['params'] for r in record['rungs']]
 

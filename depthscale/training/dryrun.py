@@ -310,10 +310,11 @@ def dry_run(config_arg: str, overrides: dict | None = None, rung: str | None = N
             scale_cost: bool = True, num_nodes: int = 1) -> list[dict]:
   """Checks every selected rung (for a TPU slice or num_nodes GPU nodes if topology_name is
   given); prints a table row per rung (and its shardings), returns the reports, and writes
-  them to json_path. scale_cost (TPU, GPU): XLA's cost with every layer counted and the
-  step-time estimate."""
+  them to json_path (with `overrides`, the command line's config flags, where there are
+  any). scale_cost (TPU, GPU): XLA's cost with every layer counted and the step-time
+  estimate."""
   devices = slice_ = None
-  overrides = dict(overrides or {})
+  given, overrides = dict(overrides or {}), dict(overrides or {})
   if topology_name:
     slice_ = topology.parse(topology_name, num_slices, num_nodes)
     if num_slices > 1:
@@ -359,6 +360,8 @@ def dry_run(config_arg: str, overrides: dict | None = None, rung: str | None = N
     if json_path:  # after every rung: a long dry run keeps what it has done
       record = {'config': config_arg, 'topology': topology_name, 'num_slices': num_slices,
                 'estimate': estimate_text, 'rungs': reports}
+      if given:
+        record['overrides'] = given
       if slice_ is not None and slice_.platform == 'gpu':
         record.update(num_nodes=num_nodes, gpu_source=slice_.chip.source)
       storage.write_json(json_path, record, indent=2)
@@ -382,9 +385,11 @@ def _shape_key(cfg) -> str:
 
 def summary(record: dict) -> str:
   """The one-sentence result of a recorded dry run (a --dry_run_json file) that experiment
-  docstrings quote: fit on the slice or nodes, peak memory (and on GPUs the attention
-  kernel) and the estimated step time range."""
+  docstrings quote: fit on the slice or nodes (and the config flags it was compiled with),
+  peak memory (and on GPUs the attention kernel) and the estimated step time range."""
   name, fit = record['topology'], all(r['fits'] for r in record['rungs'])
+  flags = ', '.join(f'{k}={v}' for k, v in record.get('overrides', {}).items())
+  flags = f' with {flags}' if flags else ''
   rungs = [r for r in record['rungs'] if 'error' not in r]  # refused ones have no figures
   peak = max(r['peak_bytes_per_device'] for r in rungs) / GIB
   hbm = rungs[0]['hbm_bytes_per_device'] / GIB
@@ -393,10 +398,10 @@ def summary(record: dict) -> str:
   fits = 'every rung fits' if fit else 'not every rung fits'
   if 'num_nodes' not in record:
     where = f'{name} x {record["num_slices"]}' if record['num_slices'] > 1 else name
-    return (f'TPU dry run on {where}: {fits} (peak {peak:.1f} GiB of {hbm:.1f} GiB per chip); '
-            f'estimated step {step} s (roofline estimate, not measured).')
+    return (f'TPU dry run on {where}{flags}: {fits} (peak {peak:.1f} GiB of {hbm:.1f} GiB per '
+            f'chip); estimated step {step} s (roofline estimate, not measured).')
   nodes = record['num_nodes']
   kernels = ' and '.join(dict.fromkeys(ATTENTION[r['steps']['plain']['attention']] for r in rungs))
-  return (f'GPU dry run on {nodes} {name} node{"s" if nodes > 1 else ""}: {fits} (peak '
+  return (f'GPU dry run on {nodes} {name} node{"s" if nodes > 1 else ""}{flags}: {fits} (peak '
           f'{peak:.1f} GiB of {hbm:.1f} GiB usable per GPU; {kernels}); estimated step {step} s '
           '(roofline estimate, not measured).')
