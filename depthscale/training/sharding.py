@@ -166,11 +166,11 @@ class Plan:
                      out_shardings=self.state)(*static_args)
 
   def compile(self, fn, in_shardings: tuple, out_shardings, *args, donate_argnums=(),
-              options: dict | None = None, fast: bool = False):
+              options: dict | None = None, opt_level: int | None = None):
     """Ahead-of-time compile of fn(*args) in the plan's context with explicit shardings
     (arguments may be abstract); what every program of a rung goes through. options: XLA
-    options over the platform's own; fast: see ops.compiler_options."""
-    options = {**(ops.compiler_options(self.platform, self.mesh.size, fast) or {}),
+    options over the platform's own; opt_level: see ops.compiler_options."""
+    options = {**(ops.compiler_options(self.platform, self.mesh.size, opt_level) or {}),
                **(options or {})}
     with self.context():
       return jax.jit(fn, donate_argnums=donate_argnums, in_shardings=in_shardings,
