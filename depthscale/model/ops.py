@@ -139,8 +139,9 @@ def platform_of(devices=None) -> str:
 
 
 # LLVM optimization levels of a CPU program that runs a few times (the analyses; None: XLA's
-# default): the same computation. Against the default, level 1 compiled ~1.3-1.6x faster and ran
-# as fast, level 0 ~2-2.4x faster and ran ~1.1-5x slower (benchmarks/NOTES.md, periodic analyses).
+# default): the same computation. Against the default, level 1 took ~1.3-1.7x less compile CPU
+# time and ran as fast, level 0 ~2x less and ran ~1.4-4.3x slower (benchmarks/NOTES.md,
+# periodic analyses).
 CPU_OPT_LEVELS = {'optimized': None, 'light': 1, 'fast': 0}
 
 
