@@ -6,9 +6,10 @@
 Every rung cannot be run on a 2-core host, so the share comes from a cost model fitted to the
 measured times of benchmarks/metrics_overhead.py. Per token, a block's forward pass costs
 f = 2 N_block + 4 T D FLOPs and the head's h = 2 D V; a train step B T 3 (L f + h); an
-analysis on b rows b T (P L f + L h) for the probe scan (P = 3: the statistics forward pass
-and the jvp's two) and the logit lens, b T K (L f + h) for the K skip passes, and
-sum 4 m^2 n (m <= n) for the SVDs of the erank of K layers' matrices and activations.
+analysis on b rows b T (P L f + L h) for the probe scan (P = 2: the statistics forward pass,
+which the jvp shares, and the jvp's transposed backward) and the logit lens, b T K (L f + h)
+for the K skip passes, and sum 4 m^2 n (m <= n) for the SVDs of the erank of K layers'
+matrices and activations.
 The measured analysis / plain-step ratios fit r = a * passes / step + c * svd / step
 (least squares on relative error, a, c >= 0); each rung's r is the fit times (1 + the
 fit's largest relative error on the measured points). Share = n r / (steps + n r) for the
