@@ -6,17 +6,18 @@
 Every rung cannot be run on a 2-core host, so the share comes from a cost model fitted to the
 measured times of benchmarks/metrics_overhead.py. Per token, a block's forward pass costs
 f = 2 N_block + 4 T D FLOPs and the head's h = 2 D V; a train step B T 3 (L f + h); an
-analysis on b rows b T (P L f + L h) for the probe scan (P = 3: the statistics forward pass
-and the jvp's two) and the logit lens, b T K (L f + h) for the K skip passes, and
-sum 4 m^2 n (m <= n) for the SVDs of the erank of K layers' matrices and activations.
+analysis on b rows b T (P L f + L h) for the probe scan (P = 2: the statistics forward pass,
+which the jvp shares, and the jvp's transposed backward) and the logit lens, b T K (L f + h)
+for the K skip passes, and sum 4 m^2 n (m <= n) for the SVDs of the erank of K layers'
+matrices and activations.
 The measured analysis / plain-step ratios fit r = a * passes / step + c * svd / step
 (least squares on relative error, a, c >= 0); each rung's r is the fit times (1 + the
 fit's largest relative error on the measured points). Share = n r / (steps + n r) for the
 n analyses of a run (every metrics.analysis_every steps and at the last), compile excluded;
 printed for the rung's own cadence and for the default one (analyses switched on).
 
-With compile: the analysis program's compile C_a (optimized or fast, as the rung's
-metrics.analysis_compile gives; fast runs r times the measured fast / optimized ratio) and
+With compile: the analysis program's compile C_a (optimized, light or fast, as the rung's
+metrics.analysis_compile gives; light and fast run r times their measured ratio to optimized) and
 the two train steps' C_t (plain and logging) are measured per depth and interpolated in
 log L (clamped to the measured range);
 a step takes its FLOPs at the fastest measured rate (FLOPs / plain step time), so short
@@ -42,7 +43,7 @@ from depthscale import experiment
 from depthscale.config import default_config
 from depthscale.model.transformer import make_model
 from depthscale.training.analysis import (PROBE_PASSES, analysed_layers, analysis_count,
-                                          fast_compile)
+                                          compile_mode)
 from depthscale.training.optim import make_optimizer
 from depthscale.training.steps import init_state
 
@@ -139,16 +140,16 @@ def main() -> None:
     own = cfg.metrics.analysis_every
     share = lambda e: analysis_count(cfg.train.steps, e) * r / (
         cfg.train.steps + analysis_count(cfg.train.steps, e) * r)
-    l, fast = m.num_layers, fast_compile(cfg, k['params'])
-    kind = 'fast' if fast else 'analysis'
+    l, mode = m.num_layers, compile_mode(cfg, k['params'])
+    kind = 'analysis' if mode == 'optimized' else mode
     step_s, ca = k['step'] / rate, at(f'{kind}_compile_s')(l)
-    slower = at('fast_s')(l) / at('analysis_s')(l) if fast else 1.0
+    slower = at(f'{kind}_s')(l) / at('analysis_s')(l)
     runs_s = analysis_count(cfg.train.steps, own) * r * slower * step_s
     c_train = at('plain_compile_s')(l) + at('instrumented_compile_s')(l)
     with_compile = (ca + runs_s) / (c_train + ca + cfg.train.steps * step_s + runs_s)
     rows.append([name, arg, m.num_layers, m.d_model, cfg.data.seq_len, cfg.data.batch_size,
                  cfg.train.steps, own, r, f'{100 * share(own):.1f}%' if own else '-',
-                 f'{100 * share(every):.1f}%', f'{100 * with_compile:.1f}%' if own else '-', kind if own else '-'])
+                 f'{100 * share(every):.1f}%', f'{100 * with_compile:.1f}%' if own else '-', mode if own else '-'])
   print(table(['file', 'arg', 'L', 'D', 'T', 'B', 'steps', 'every', 'r (steps)', 'share',
                f'share @{every}', 'with compile', 'compiled'], rows))
 

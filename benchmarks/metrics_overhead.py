@@ -6,7 +6,8 @@
 Per depth, with the trainer's compiled programs (`Plan.compile`): the median plain and
 instrumented (logging) step, their ratio (target: instrumented <= 1.10 x plain), that the
 plain step lowers to the same program whether or not metrics are configured, and the
-analysis at the default `metrics.analysis_layers` (also compiled unoptimized, 'fast') and
+analysis at the default `metrics.analysis_layers` (also compiled at LLVM level 1, 'light', and 0,
+'fast') and
 with every layer (0, up to --full_max_layers): compile time (the train steps' too, in
 --json), run time, run time in plain steps, and its share of a run of --steps steps at the
 default cadence (`metrics.analysis_every`, plus the last step): share = analyses x analysis
@@ -26,6 +27,7 @@ import numpy as np
 
 from benchmarks.common import table
 from depthscale.config import default_config
+from depthscale.model import ops
 from depthscale.model.transformer import make_model
 from depthscale.training import sharding
 from depthscale.training.analysis import Analyzer, analysed_layers, analysis_count
@@ -75,10 +77,11 @@ def measure(cfg, repeats: int, full: bool) -> dict:
   out = {**compiled, **{f'{k}_s': float(np.median(v)) for k, v in times.items()}}
   rows = cfg.metrics.analysis_batch_size
   sampled = analysed_layers(cfg)
-  for name, layers, fast in (('analysis', sampled, False), ('fast', sampled, True)) + (
-      (('full', None, False),) if full else ()):
+  for name, layers, mode in (('analysis', sampled, 'optimized'), ('light', sampled, 'light'),
+                             ('fast', sampled, 'fast')) + ((('full', None, 'optimized'),) if full else ()):
     t0 = time.perf_counter()
-    analyzer = Analyzer(model, plan, init_blocks, batch, rows, 0, cfg, layers, fast)
+    analyzer = Analyzer(model, plan, init_blocks, batch, rows, 0, cfg, layers,
+                        ops.CPU_OPT_LEVELS[mode])
     out[f'{name}_compile_s'] = time.perf_counter() - t0
     runs = [_timed(lambda: analyzer(state['params'])) for _ in range(1 if name == 'full' else 2)]
     out[f'{name}_s'] = float(np.median(runs))
@@ -112,9 +115,9 @@ def main() -> None:
     m = measure(cfg, args.repeats, layers <= args.full_max_layers)
     results[layers] = m
     print(f'L={layers}: ' + json.dumps({k: round(v, 4) for k, v in m.items()}), flush=True)
-    for name in ('analysis', 'fast', 'full'):
+    for name in ('analysis', 'light', 'fast', 'full'):
       if f'{name}_s' in m:
-        rows.append([layers, f"{m[f'{name}_layers']}{' fast' if name == 'fast' else ''}", 1e3 * m['plain_s'], m['instrumented_s'] / m['plain_s'],
+        rows.append([layers, f"{m[f'{name}_layers']}{' ' + name if name in ('light', 'fast') else ''}", 1e3 * m['plain_s'], m['instrumented_s'] / m['plain_s'],
                      m[f'{name}_compile_s'], m[f'{name}_s'], m[f'{name}_s'] / m['plain_s'],
                      f'{100 * share(args.steps, every, m["plain_s"], m[f"{name}_s"]):.1f}%'])
   cfg = config(64, args.d_model, args.heads, args.seq_len, args.batch)
@@ -129,7 +132,7 @@ def main() -> None:
         f'{cfg.metrics.analysis_batch_size} backend={jax.default_backend()} repeats={args.repeats}; '
         f'share: {analysis_count(args.steps, every)} analyses in {args.steps} steps (every {every} '
         'and the last), compile excluded')
-  print(table(['L', 'skip layers (fast: unoptimized compile)', 'plain ms', 'instr/plain', 'compile s', 'analysis s',
+  print(table(['L', 'skip layers (light / fast: LLVM level 1 / 0)', 'plain ms', 'instr/plain', 'compile s', 'analysis s',
                'in plain steps', 'share'], rows))
   print(f'plain step program identical with metrics off (L=64): {same}')
   if args.json:

@@ -151,7 +151,7 @@ def default_config() -> ConfigDict:
   a.analysis_every = 100  # steps between per-layer analyses (depthscale.training.analysis), 0 = off; also at the last step
   a.analysis_batch_size = 4  # sequences of the first eval batch the analyses run on
   a.analysis_layers = 32  # skip_delta_loss (one forward pass each) on at most this many evenly spaced layers; 0 = every layer
-  a.analysis_compile = 'auto'  # analysis program on CPU: 'optimized', 'fast' (unoptimized: compiles faster, runs slower), 'auto' (fast when a run's analyses are cheap)
+  a.analysis_compile = 'auto'  # analysis program's LLVM level on CPU: 'optimized' (XLA's default), 'light' (1: compiles faster, runs as fast), 'fast' (0: faster still, runs slower), 'auto' (fast when a run's analyses are cheap, else light)
   a.tb_layers = 64  # per-layer TensorBoard scalars for at most this many layers (evenly spaced subset)
   a.images = True  # at the end, TensorBoard images of the main metrics: layer x step heatmaps, l/L profiles
 
@@ -383,7 +383,7 @@ def validate(cfg: ConfigDict) -> None:
     _fail('train.watchdog_seconds', cfg.train.watchdog_seconds, '0 (off) or a positive number of seconds')
   check_choice('train.cpu_options', cfg.train.cpu_options, cpu_calibration.CHOICES)
   check_positive(cfg, ['metrics.analysis_batch_size', 'metrics.tb_layers'])
-  check_choice('metrics.analysis_compile', cfg.metrics.analysis_compile, ('auto', 'optimized', 'fast'))
+  check_choice('metrics.analysis_compile', cfg.metrics.analysis_compile, ('auto', 'optimized', 'light', 'fast'))
   n = cfg.metrics.analysis_layers
   if not isinstance(n, int) or n < 0 or n == 1:
     _fail('metrics.analysis_layers', n, '0 (every layer) or an integer >= 2')

@@ -341,38 +341,43 @@ def test_analysis_layers_out_of_range_is_a_one_line_config_error(bad):
     validate(tiny_config(**{'metrics.analysis_layers': bad}))
 
 
-def test_fast_compiled_analysis_gives_the_optimized_numbers(analysed):
-  """metrics.analysis_compile='fast' (CPU: no LLVM optimization) compiles the same function:
-  every metric equals the optimized program's (which the tests above check in float64)."""
+@pytest.mark.parametrize('mode', ['light', 'fast'])
+def test_light_and_fast_compiled_analyses_give_the_optimized_numbers(analysed, mode):
+  """metrics.analysis_compile='light' or 'fast' (CPU: LLVM level 1 or 0) compiles the same
+  function: every metric equals the default program's (which the tests above check in float64)."""
   cfg, model, init, params, batch, layers, scalars = analysed
-  assert ops.compiler_options('cpu', fast=True)['xla_backend_optimization_level'] == 0
-  assert ops.compiler_options('tpu', fast=True) is None
+  level = ops.CPU_OPT_LEVELS[mode]
+  assert ops.compiler_options('cpu', opt_level=level)['xla_backend_optimization_level'] == level
+  assert 'xla_backend_optimization_level' not in (ops.compiler_options('cpu') or {})
+  assert ops.compiler_options('tpu', opt_level=level) is None
   plan = sharding.make_plan(cfg, model, make_optimizer(cfg), init_state)
-  fast, fast_scalars = analysis.Analyzer(model, plan, init['blocks'], batch, 2, 0, fast=True)(params)
-  assert set(fast) == set(layers)
-  for k, v in fast.items():
+  other, other_scalars = analysis.Analyzer(model, plan, init['blocks'], batch, 2, 0,
+                                           opt_level=level)(params)
+  assert set(other) == set(layers)
+  for k, v in other.items():
     np.testing.assert_allclose(v, layers[k], rtol=1e-5, atol=1e-6, err_msg=k)
-  assert fast_scalars == scalars
+  assert other_scalars == scalars
 
 
-def test_auto_compile_is_fast_when_a_runs_analyses_total_few_flops():
-  """'auto': fast iff (analyses in the run) x (one analysis's forward FLOPs) <= 2e9, the
-  FLOPs counted by hand here: L=3 blocks of N/3 parameters, K=3 skip passes, V=256."""
+def test_auto_compile_is_fast_when_a_runs_analyses_total_few_flops_else_light():
+  """'auto': fast iff (analyses in the run) x (one analysis's forward FLOPs) <= 2e9, else
+  light; the FLOPs counted by hand here: L=3 blocks of N/3 parameters, 2 probe passes, K=3
+  skip passes, V=256."""
   cfg = tiny_config(**{'train.steps': 10, 'metrics.analysis_every': 4})  # steps 0, 4, 8, 9
   m, t, rows = cfg.model, cfg.data.seq_len, cfg.metrics.analysis_batch_size
   n = 1000
-  by_hand = rows * t * ((3 + 3) * (2 * n + 4 * t * m.d_model * 3) + (3 + 1 + 3) * 2 * m.d_model * 256)
+  by_hand = rows * t * ((2 + 3) * (2 * n + 4 * t * m.d_model * 3) + (3 + 1 + 3) * 2 * m.d_model * 256)
   assert m.num_layers == 3 and m.vocab_size == 256
   assert analysis.analysis_flops(cfg, n) == by_hand
-  assert analysis.fast_compile(cfg, n)
-  assert not analysis.fast_compile(cfg, int(2e9 / (4 * rows * t * 12)))  # 4 runs > 2e9
-  for mode, fast in (('optimized', False), ('fast', True)):
+  assert analysis.compile_mode(cfg, n) == 'fast'
+  assert analysis.compile_mode(cfg, int(2e9 / (4 * rows * t * 10))) == 'light'  # 4 runs > 2e9
+  for mode in ('optimized', 'light', 'fast'):
     cfg.metrics.analysis_compile = mode
-    assert analysis.fast_compile(cfg, n) == fast
-    assert analysis.fast_compile(cfg, 10**12) == fast
+    assert analysis.compile_mode(cfg, n) == mode
+    assert analysis.compile_mode(cfg, 10**12) == mode
 
 
 def test_analysis_compile_out_of_range_is_a_one_line_config_error():
   with pytest.raises(ConfigError, match=r'^metrics.analysis_compile=.?slow.? is invalid: allowed '
-                     r'one of auto, fast, optimized$'):
+                     r'one of auto, fast, light, optimized$'):
     validate(tiny_config(**{'metrics.analysis_compile': 'slow'}))

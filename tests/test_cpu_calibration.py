@@ -56,9 +56,9 @@ def compiles(monkeypatch):
   """The cpu_set of every program a Plan compiles, in order."""
   seen, original = [], sharding.Plan.compile_lowered
 
-  def counting(plan, lowered, options=None, fast=False, cpu_set='onednn'):
+  def counting(plan, lowered, options=None, opt_level=None, cpu_set='onednn'):
     seen.append(cpu_set)
-    return original(plan, lowered, options, fast, cpu_set)
+    return original(plan, lowered, options, opt_level, cpu_set)
   monkeypatch.setattr(sharding.Plan, 'compile_lowered', counting)
   return seen
 

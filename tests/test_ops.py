@@ -42,6 +42,12 @@ def test_jvp_through_custom_vjp_matmul_equals_forward_mode_in_float64():
     want_out, want_jv = jax.jvp(block(jnp.matmul), (carry,), (v,))
     for got, want in zip(jax.tree.leaves((out, jv)), jax.tree.leaves((want_out, want_jv))):
       np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    # has_aux: the aux of the same forward comes back, out and J v unchanged
+    with_aux = lambda c: (block(ops.matmul)(c), jnp.sum(c['x'] ** 2))
+    aux_out, aux_jv, aux = ops.jvp(with_aux, carry, v, has_aux=True)
+    for got, want in zip(jax.tree.leaves((aux_out, aux_jv)), jax.tree.leaves((want_out, want_jv))):
+      np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(aux, jnp.sum(carry['x'] ** 2), rtol=1e-13)
 
 
 @pytest.mark.parametrize('center', [True, False])

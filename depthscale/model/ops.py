@@ -113,11 +113,12 @@ def _standardize_bwd(eps, center, res, g):
 standardize.defvjp(_standardize_fwd, _standardize_bwd)
 
 
-def jvp(fn, primal, tangent):
-  """(fn(primal), J tangent) as the transpose of fn's VJP (custom VJPs have no forward mode)."""
-  out, vjp_fn = jax.vjp(fn, primal)
+def jvp(fn, primal, tangent, has_aux: bool = False):
+  """(fn(primal), J tangent) as the transpose of fn's VJP (custom VJPs have no forward mode);
+  has_aux: fn returns (out, aux) and this (out, J tangent, aux), aux from the same forward."""
+  out, vjp_fn, *aux = jax.vjp(fn, primal, has_aux=has_aux)
   (jv,) = jax.linear_transpose(vjp_fn, out)((tangent,))
-  return out, jv
+  return (out, jv, *aux)
 
 
 # XLA-CPU dot libraries for the train step on x86 (benchmarks/NOTES.md, config S): oneDNN
@@ -141,9 +142,11 @@ def platform_of(devices=None) -> str:
   return (jax.devices() if devices is None else list(devices))[0].platform
 
 
-# A CPU program that runs a few times compiles ~1.6-2.5x faster without LLVM's optimizations and
-# runs ~3-9x slower (benchmarks/NOTES.md, periodic analyses): the same computation.
-FAST_CPU_COMPILE = {'xla_backend_optimization_level': 0}
+# LLVM optimization levels of a CPU program that runs a few times (the analyses; None: XLA's
+# default): the same computation. Against the default, level 1 took ~1.3-1.7x less compile CPU
+# time and ran as fast, level 0 ~2x less and ran ~1.4-4.3x slower (benchmarks/NOTES.md,
+# periodic analyses).
+CPU_OPT_LEVELS = {'optimized': None, 'light': 1, 'fast': 0}
 
 
 def _x86() -> bool:
@@ -157,15 +160,15 @@ def onednn_allowed(target: str, devices: int = 1) -> bool:
   return target == 'cpu' and _x86() and devices == 1 and not jax.config.jax_compilation_cache_dir
 
 
-def compiler_options(target: str, devices: int = 1, fast: bool = False,
+def compiler_options(target: str, devices: int = 1, opt_level: int | None = None,
                      cpu_set: str = 'onednn') -> dict | None:
   """Per-compile XLA options for a program compiled for platform `target` over `devices`
   devices (None: XLA's defaults); the CPU options only for a CPU target on an x86 host:
-  CPU_OPTION_SETS[cpu_set] where onednn_allowed, else the cacheable ones. fast: a CPU
-  program compiled unoptimized (FAST_CPU_COMPILE)."""
+  CPU_OPTION_SETS[cpu_set] where onednn_allowed, else the cacheable ones. opt_level: a CPU
+  program's LLVM optimization level (CPU_OPT_LEVELS; None: XLA's default)."""
   if target != 'cpu':
     return None
-  extra = FAST_CPU_COMPILE if fast else {}
+  extra = {} if opt_level is None else {'xla_backend_optimization_level': opt_level}
   if not _x86():
     return extra or None
   allowed = onednn_allowed(target, devices)

@@ -2,9 +2,9 @@
 
 One compiled function runs everything: a scan over the blocks (the same Block
 definition and stacked parameters as the model's nn.scan) that returns each block's
-output stream, its Jacobian's distance from the identity and its attention entropies;
-the logit lens mapped over layers; and the loss with each block skipped, vmapped over the
-skipped block. Nothing loops over layers in Python or recompiles per layer.
+output stream, its Jacobian's distance from the identity and its attention entropies, and
+carries beside the stream one stream per skipped block (batched); then the logit lens
+mapped over layers. Nothing loops over layers in Python or recompiles per layer.
 
 Per-layer metrics (length L, block 1 first; h_l is the raw stream leaving block l (the
 residual design's view of its carry), h_0 the embedding, never final-normed unless stated;
@@ -45,12 +45,14 @@ from depthscale.training import dynamics
 from depthscale.training.sharding import Plan
 from depthscale.training.steps import weighted_loss
 
-# metrics.analysis_compile='auto' compiles the analysis unoptimized (ops.FAST_CPU_COMPILE)
-# when a run's analyses total at most this many FLOPs: unoptimized, an L32 d32 analysis
-# ran ~3.7e-10 s per FLOP slower on a 2-core host, so < 1 s of extra run time against the
-# ~3-6 s of compile it saves (benchmarks/NOTES.md, periodic analyses).
+# metrics.analysis_compile='auto' compiles the analysis at LLVM level 0 ('fast') when a run's
+# analyses total at most this many FLOPs, else at level 1 ('light'; ops.CPU_OPT_LEVELS): at
+# level 0 an L32 d32 analysis ran up to ~3.7e-10 s per FLOP slower on a 2-core host, so < 1 s
+# of extra run time against the ~1 s of compile it saves over level 1 (benchmarks/NOTES.md,
+# periodic analyses).
 FAST_COMPILE_FLOPS = 2e9
-PROBE_PASSES = 3  # whole-model block passes of the probe scan: the forward and the jvp's two
+PROBE_PASSES = 2  # whole-model block passes of the probe scan: the forward (shared with the jvp)
+#                   and the jvp's transposed backward
 KL_THRESHOLD = 0.5  # tau of ED_KL (the "What affects" table uses 0.5)
 OVERLAP_THRESHOLD = 0.3  # ED_overlap threshold (same source)
 SKIP_FRACTION = 0.9  # effective_depth/skip: share of the summed skip losses
@@ -129,13 +131,14 @@ def analysis_flops(cfg, compute_params: int) -> float:
                                                 (m.num_layers + 1 + k) * head)
 
 
-def fast_compile(cfg, compute_params: int) -> bool:
-  """Whether the analysis program is compiled unoptimized (metrics.analysis_compile)."""
+def compile_mode(cfg, compute_params: int) -> str:
+  """metrics.analysis_compile with 'auto' resolved: 'fast' when the run's analyses total at
+  most FAST_COMPILE_FLOPS, else 'light' (a key of ops.CPU_OPT_LEVELS)."""
   mode = cfg.metrics.analysis_compile
   if mode != 'auto':
-    return mode == 'fast'
+    return mode
   runs = analysis_count(cfg.train.steps, cfg.metrics.analysis_every)
-  return runs * analysis_flops(cfg, compute_params) <= FAST_COMPILE_FLOPS
+  return 'fast' if runs * analysis_flops(cfg, compute_params) <= FAST_COMPILE_FLOPS else 'light'
 
 
 def make_analysis_fn(model: Transformer, full_cfg=None,
@@ -156,11 +159,14 @@ def make_analysis_fn(model: Transformer, full_cfg=None,
   def probe(carry, xs):
     """One block on the clean forward: output stream, jvp test, entropies, Csordas cosines."""
     p_l, layer, key = xs
-    (out, stats), sown = stat_block.apply({'params': p_l}, carry, layer, mutable=['analysis'])
     leaves, tree = jax.tree.flatten(carry)  # the whole carry: residual designs may add state
     v = tree.unflatten([jax.random.normal(k, a.shape, jnp.float32).astype(a.dtype)
                         for k, a in zip(jax.random.split(key, len(leaves)), leaves)])
-    _, jv = ops.jvp(lambda c: run_block(p_l, c, layer), carry, v)
+
+    def stat_apply(c):  # the statistics' forward is the jvp's: one forward pass, not two
+      (out, stats), sown = stat_block.apply({'params': p_l}, c, layer, mutable=['analysis'])
+      return out, (stats, sown)
+    out, jv, (stats, sown) = ops.jvp(stat_apply, carry, v, has_aux=True)
     sq = lambda t: sum(jnp.sum(jnp.square(a.astype(jnp.float32))) for a in jax.tree.leaves(t))
     dev = jnp.sqrt(sq(jax.tree.map(jnp.subtract, jv, v)) / sq(v))
     ent_H = jnp.concatenate([jnp.ravel(e) for e in jax.tree.leaves(sown['analysis'])])
@@ -171,16 +177,16 @@ def make_analysis_fn(model: Transformer, full_cfg=None,
   def apply(params, *args, method):
     return model.apply({'params': params}, *args, method=method)
 
-  def skipped_loss(params, blocks, carry0, batch, schedule, skip):
-    """Loss with block `skip` (0-based) of the effective blocks replaced by the identity."""
-    def body(carry, xs):
-      p_l, layer, l = xs
-      out = run_block(p_l, carry, layer)
-      return jax.tree.map(lambda new, old: jnp.where(l == skip, old, new), out, carry), None
-    idx = jnp.arange(cfg.num_layers)
-    carry, _ = jax.lax.scan(body, carry0, (blocks, schedule, idx))
-    logits = apply(params, apply(params, carry, method=Transformer.finish), method=Transformer.unembed)
-    return weighted_loss(logits, batch)
+  def layer(carries, xs):
+    """Block l on the clean stream (the probe) and on the K skip streams batched (K b <= L B
+    rows: no larger than a train step's forward); skip stream k keeps its whole carry at
+    block idx[k], which it skips. One loop over the blocks for both."""
+    carry, skips = carries
+    p_l, layer_in, key, l = xs
+    out, per = probe(carry, (p_l, layer_in, key))
+    new = jax.vmap(lambda c: run_block(p_l, c, layer_in))(skips)
+    kept = lambda n, o: jnp.where((jnp.asarray(idx) == l).reshape((-1,) + (1,) * (n.ndim - 1)), o, n)
+    return (out, jax.tree.map(kept, new, skips)), per
 
   def analyse(params, batch, key, step=0) -> dict:
     inputs = None if full_cfg is None else dynamics.layer_inputs(
@@ -190,7 +196,9 @@ def make_analysis_fn(model: Transformer, full_cfg=None,
                    method=Transformer.start)
     keys = jax.random.split(key, cfg.num_layers)
     blocks = recurrence.effective_blocks(cfg, params)  # per effective layer under recurrence
-    carry, per = jax.lax.scan(probe, carry0, (blocks, schedule, keys))
+    skips0 = jax.tree.map(lambda a: jnp.broadcast_to(a, (len(idx),) + a.shape), carry0)
+    (carry, skips), per = jax.lax.scan(layer, (carry0, skips0),
+                                       (blocks, schedule, keys, jnp.arange(cfg.num_layers)))
     h_LxBxTxD = per.pop('x_out')
     h_prev = jnp.concatenate([view(carry0)[None], h_LxBxTxD[:-1]])
     log_softmax = lambda h: jax.nn.log_softmax(apply(params, h, method=Transformer.unembed), axis=-1)
@@ -199,8 +207,8 @@ def make_analysis_fn(model: Transformer, full_cfg=None,
     log_p_final = jax.nn.log_softmax(final_logits, axis=-1)
     kl, top5 = jax.lax.map(lambda h: logit_lens(log_softmax(h), log_p_final), h_LxBxTxD)
     base = weighted_loss(final_logits, batch)
-    # the K passes batched (K b <= L B rows: a forward pass no larger than a train step's)
-    skip_K = jax.vmap(lambda s: skipped_loss(params, blocks, carry0, batch, schedule, s))(idx)
+    skip_K = jax.vmap(lambda c: weighted_loss(apply(params, apply(
+        params, c, method=Transformer.finish), method=Transformer.unembed), batch))(skips)
     acts = h_LxBxTxD[idx].reshape(len(idx), -1, h_LxBxTxD.shape[-1]).astype(jnp.float32)
     mats = [erank(as_matrix(w[idx], cfg.d_model)) for w in jax.tree.leaves(blocks) if w.ndim >= 3]
     return {**per,
@@ -277,10 +285,12 @@ class Analyzer:
   """The analyses compiled for the rung's plan (its shardings and context, outputs
   replicated: readable on every process) on the first rows of a fixed batch; keeps the
   initial block weights on device, sharded as the parameters. sampled as in
-  make_analysis_fn (default all); fast: compiled unoptimized (see fast_compile)."""
+  make_analysis_fn (default all); opt_level: the CPU program's LLVM optimization level
+  (ops.CPU_OPT_LEVELS of compile_mode; None: XLA's default)."""
 
   def __init__(self, model: Transformer, plan: Plan, init_blocks, batch: dict, rows: int,
-               seed: int, full_cfg=None, sampled: list[int] | None = None, fast: bool = False):
+               seed: int, full_cfg=None, sampled: list[int] | None = None,
+               opt_level: int | None = None):
     self.init_blocks, self.batch, self.key = init_blocks, batch, jax.random.PRNGKey(seed)
     analyse = make_analysis_fn(model, full_cfg, sampled)
 
@@ -293,7 +303,7 @@ class Analyzer:
     self.fn = plan.compile(run, (params, params['blocks'], plan.batch, plan.replicated,
                                  plan.replicated),
                            plan.replicated, plan.abstract_state['params'], init_blocks, batch,
-                           self.key, jax.ShapeDtypeStruct((), jnp.int32), fast=fast)
+                           self.key, jax.ShapeDtypeStruct((), jnp.int32), opt_level=opt_level)
 
   def __call__(self, params, step=0) -> tuple[dict[str, list[float]], dict[str, float]]:
     """(per-layer metrics as lists, block 1 first; effective-depth scalars) of the model as

@@ -11,13 +11,13 @@ import numpy as np
 
 from depthscale import data, storage
 from depthscale.errors import WriteError
-from depthscale.model import recurrence, taper
+from depthscale.model import ops, recurrence, taper
 from depthscale.model.transformer import make_model, param_counts
 from depthscale.posthoc import init_from, ln_free
 from depthscale.results import plots
 from depthscale.training import (cpu_calibration, distributed, host_memory, resume, sharding,
                                  tb_layout)
-from depthscale.training.analysis import Analyzer, analysed_layers, evenly_spaced, fast_compile
+from depthscale.training.analysis import Analyzer, analysed_layers, compile_mode, evenly_spaced
 from depthscale.training.checkpoint import Checkpointer, abstract
 from depthscale.training.optim import make_optimizer, schedule
 from depthscale.training.preflight import check_inputs
@@ -299,9 +299,10 @@ class _Run:
     self.eval_fn = p.compile(make_eval_step(model, self.hops, cfg),
                              (p.state['params'], p.batch, p.replicated), p.replicated,
                              self.state['params'], self.eval_set[0], self.state['step'])
+    opt_level = ops.CPU_OPT_LEVELS[compile_mode(cfg, self.compute_params)]
     self.analyzer = Analyzer(model, p, init_blocks, self.eval_set[0],
                              cfg.metrics.analysis_batch_size, t.seed, cfg, analysed_layers(cfg),
-                             fast_compile(cfg, self.compute_params)) if cfg.metrics.analysis_every else None
+                             opt_level) if cfg.metrics.analysis_every else None
     host_memory.keep_freed_memory(p.platform)  # the steps' buffers are reused from here on
     distributed.barrier('compiled', COMPILE_WAIT_S)  # start the first collectives together
     self.analysis_scalars: dict[str, float] = {}

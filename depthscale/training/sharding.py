@@ -172,21 +172,21 @@ class Plan:
       return jax.jit(fn, donate_argnums=donate_argnums, in_shardings=in_shardings,
                      out_shardings=out_shardings).lower(*args)
 
-  def compile_lowered(self, lowered, options: dict | None = None, fast: bool = False,
+  def compile_lowered(self, lowered, options: dict | None = None, opt_level: int | None = None,
                       cpu_set: str = 'onednn'):
-    """A lowered program compiled with XLA options `options` over the platform's own (fast,
-    cpu_set: see ops.compiler_options)."""
-    options = {**(ops.compiler_options(self.platform, self.mesh.size, fast, cpu_set) or {}),
+    """A lowered program compiled with XLA options `options` over the platform's own
+    (opt_level, cpu_set: see ops.compiler_options)."""
+    options = {**(ops.compiler_options(self.platform, self.mesh.size, opt_level, cpu_set) or {}),
                **(options or {})}
     with self.context():
       return lowered.compile(options or None)
 
   def compile(self, fn, in_shardings: tuple, out_shardings, *args, donate_argnums=(),
-              options: dict | None = None, fast: bool = False):
+              options: dict | None = None, opt_level: int | None = None):
     """Ahead-of-time compile of fn(*args) (lower, then compile_lowered); what every program
     of a rung goes through."""
     return self.compile_lowered(self.lower(fn, in_shardings, out_shardings, *args,
-                                           donate_argnums=donate_argnums), options, fast)
+                                           donate_argnums=donate_argnums), options, opt_level)
 
   def lower_train_step(self, step_fn, state, batch):
     """state, batch -> (state, out), lowered: the state is donated and outputs are replicated."""
