@@ -8,14 +8,16 @@ import re
 import pytest
 
 from depthscale import claims as claims_cli
-from depthscale.results import claims, loader
+from depthscale import experiment
+from depthscale.results import claims, intervals, loader
 from tests.helpers import ROOT
 
 RULES = (claims.Claim('m', 'p', 'a beats b', 'n/a', 'exp', claims.Below('a', 'b')),
          claims.Claim('m', 'p', 'a matches b', 'n/a', 'exp', claims.NotAbove('a', 'b')),
          claims.Claim('m', 'p', 'a beats c', 'n/a', 'exp', claims.Below('a', 'c')),
          claims.Claim('m', 'p', 'never run', 'n/a', 'other', claims.Below('a', 'b')),
-         claims.Claim('m', 'p', 'no experiment', 'n/a'))
+         claims.Claim('m', 'p', 'no experiment', 'n/a'),
+         claims.Claim('m', 'p', 'a beside b', 'n/a', 'exp', claims.Reference('a', 'b')))
 
 
 def ladder(path, losses: dict[str, list[float]]):
@@ -42,11 +44,27 @@ def test_verdicts_from_runs(tmp_path, a, b, below, not_above):
   res = ladder(tmp_path, {'a': a, 'b': b})
   table = claims.evaluate({('exp', 'tiny'): res}, RULES)
   assert list(table.verdict) == [below, not_above, claims.NOT_MEASURED, claims.NOT_MEASURED,
-                                 claims.NOT_MEASURED]
-  assert list(table.measured_by) == ['exp:tiny'] * 3 + ['other', '-']
+                                 claims.NOT_MEASURED, claims.MEASURED]
+  assert list(table.measured_by) == ['exp:tiny'] * 3 + ['other', '-', 'exp:tiny']
+  assert table.measured[5] == table.measured[0]  # a reference row shows the same numbers
   if len(a) > 1:
     assert table.measured[0].startswith(f'a {sum(a) / 3:.3f} [') and '3 seeds, lr 0.001' in table.measured[0]
   assert table['size'][0] == 'L2 d16, 6,000 non-emb params' and table.tokens[0] == '12,000 (2/param)'
+
+
+def test_a_rule_on_an_analysis_scalar_reads_its_last_value(tmp_path):
+  res = ladder(tmp_path, {'a': [2.0, 2.0, 2.0], 'b': [2.0, 2.0, 2.0]})
+  for v, depths in {'a': [2, 2, 3], 'b': [6, 7, 6]}.items():
+    for k, depth in enumerate(depths):  # step 0 says the opposite: only the last step counts
+      with open(tmp_path / f'{v}_s{k}' / 'analysis_log.jsonl', 'w') as f:
+        f.write(json.dumps({'step': 0, 'effective_depth/skip': 9 - depth}) + '\n')
+        f.write(json.dumps({'step': 9, 'effective_depth/skip': depth}) + '\n')
+  rule = claims.Claim('m', 'p', 'b is deeper', 'n/a', 'exp', claims.Below('a', 'b'), 'effective_depth/skip')
+  row = claims.evaluate({('exp', 'tiny'): loader.load(str(tmp_path))}, (rule,)).iloc[0]
+  assert row.verdict == claims.REPRODUCES and row.measured.startswith('a 2.333 [')
+  assert row.rule.startswith('effective_depth/skip: a below b')
+  loss = claims.evaluate({('exp', 'tiny'): loader.load(str(tmp_path))}, (RULES[0],)).iloc[0]
+  assert loss.verdict == claims.NOT_AT_SIZE  # equal losses
 
 
 def test_command_writes_the_table(tmp_path, capsys):
@@ -82,3 +100,14 @@ def test_every_method_of_docs_methods_has_a_row():
   for c in claims.CLAIMS:
     assert c.reported and c.claim and '\n' not in c.claim
     assert re.search(r'(19|20)\d\d|arXiv|GPT|PaLM|studies', c.paper), c.paper
+
+
+def test_every_rule_names_variants_of_its_ladder():
+  """A rule's variants are rung names (less the seed part) of its experiment's cpu ladder,
+  so no row is 'not measured' by a typo."""
+  for c in claims.CLAIMS:
+    if c.rule is None:
+      continue
+    path = os.path.join(ROOT, 'experiments', c.experiment + '.py')
+    names = {intervals.variant(r.name) for r in experiment.rungs_of(experiment.load_module(path), 'cpu')}
+    assert {c.rule.a, c.rule.b} <= names, (c.claim, {c.rule.a, c.rule.b} - names)

@@ -22,8 +22,10 @@ from depthscale.results.loader import Results
 
 REPRODUCES, NOT_AT_SIZE = 'reproduces', 'does not at this size'
 CONTRADICTS, NOT_MEASURED = 'contradicts', 'not measured'
-VERDICTS = (REPRODUCES, NOT_AT_SIZE, CONTRADICTS, NOT_MEASURED)
+MEASURED = 'measured, no verdict'
+VERDICTS = (REPRODUCES, NOT_AT_SIZE, CONTRADICTS, MEASURED, NOT_MEASURED)
 NO_NUMBER = 'no number in the abstract (full paper not read here)'
+LOSS = 'final_eval_loss'
 
 
 def _order(stats: pd.DataFrame, a: str, b: str) -> int:
@@ -62,6 +64,21 @@ class NotAbove:
 
 
 @dataclasses.dataclass(frozen=True)
+class Reference:
+  """No verdict to decide (a reference method, a claim about something other than the final
+  loss, or a one-seed run): the row shows a's and b's measured values."""
+  a: str
+  b: str
+
+  def decide(self, stats: pd.DataFrame) -> str:
+    del stats
+    return MEASURED
+
+  def describe(self) -> str:
+    return f'{self.a} beside {self.b}: no verdict (not a loss claim, or one seed)'
+
+
+@dataclasses.dataclass(frozen=True)
 class Claim:
   """One row: a method's claim in one line, the paper's number and size, and where and how
   it is measured (experiment file name without .py, and a rule over its variants)."""
@@ -70,7 +87,8 @@ class Claim:
   claim: str
   reported: str
   experiment: str = ''
-  rule: Below | NotAbove | None = None
+  rule: Below | NotAbove | Reference | None = None
+  metric: str = LOSS  # what the rule compares: the final eval loss, or an analysis scalar
 
 
 XIONG = 'Xiong et al. 2020, arXiv 2002.04745'
@@ -79,6 +97,20 @@ MIXLN = 'Li et al. 2024 (Mix-LN), arXiv 2412.13795'
 COD = 'Sun et al. 2025 (Curse of Depth), arXiv 2502.05795'
 OSP = 'Park et al. 2025 (OSP)'
 TLM = 'Bayat, Behrouz & Courville 2026, arXiv 2606.23670'
+DYT = 'Zhu et al. 2025, arXiv 2503.10622'
+DERF = 'Chen et al. 2025 (Derf)'
+PRORES = 'Chen et al. 2026 (ProRes)'
+LAYERDROP = 'Fan et al. 2019 (LayerDrop)'
+LAYERSKIP = 'Elhoushi et al. 2024 (LayerSkip)'
+HC = 'Zhu et al. 2024, arXiv 2409.19606'
+ATTNRES = 'Kimi 2026, arXiv 2603.15031'
+DENSEFORMER = 'Pagliardini et al. 2024 (DenseFormer)'
+HYBRID = 'Zhuo et al. 2025 (HybridNorm)'
+SCALENORM = 'Nguyen & Salazar 2019'
+GROMOV = 'Gromov et al. 2024, arXiv 2403.17887'
+VALUE_RES = 'Zhou et al. 2024, arXiv 2410.17897; arXiv 2605.03953'
+SURVEY = 'method_survey'  # experiments/method_survey.py: every method at its own best rate
+BEST = ', each at its best rate'
 C = Claim
 CLAIMS: tuple[Claim, ...] = (
     # the notebooks' papers: placements, warmup, depth
@@ -88,48 +120,76 @@ CLAIMS: tuple[Claim, ...] = (
     C('Post-LN', XIONG, 'learning-rate warmup rescues Post-LN',
       'Transformer-base, 4,000-step warmup; ' + NO_NUMBER, 'repro_pre_vs_post_ln',
       Below('post_ln_warmup', 'post_ln')),
+    C('Post-LN', XIONG, 'learning-rate warmup rescues Post-LN' + BEST,
+      'Transformer-base, 4,000-step warmup; ' + NO_NUMBER, SURVEY,
+      Below('post_ln', 'post_ln_no_warmup')),
     C('Post-LN', DEEPNET, 'trained stably (each at its best rate), Post-LN ends below Pre-LN',
-      'up to 1,000 layers; ' + NO_NUMBER, 'lr_sweep', Below('post_ln', 'pre_ln')),
+      'up to 1,000 layers; ' + NO_NUMBER, SURVEY, Below('post_ln', 'pre_ln')),
     C('DeepNorm', DEEPNET, 'DeepNorm trains where Post-LN does not',
       '200 layers, 3.2B params: +5 BLEU over a 48-layer 12B model; trains 1,000 layers',
       'repro_pre_vs_post_ln', Below('deepnorm', 'post_ln')),
     C('DeepNorm', DEEPNET, 'DeepNorm keeps Post-LN\'s performance: below Pre-LN at each one\'s best rate',
-      'up to 1,000 layers; ' + NO_NUMBER, 'lr_sweep', Below('deepnorm', 'pre_ln')),
+      'up to 1,000 layers; ' + NO_NUMBER, SURVEY, Below('deepnorm', 'pre_ln')),
     C('Keel', 'Chen & Wei 2026 (Post-LayerNorm Is Back)', 'Keel improves perplexity over Pre-LN',
       'beyond 1,000 layers; ' + NO_NUMBER, 'repro_pre_vs_post_ln', Below('keel', 'pre_ln')),
+    C('Keel', 'Chen & Wei 2026 (Post-LayerNorm Is Back)', 'Keel improves perplexity over Pre-LN' + BEST,
+      'beyond 1,000 layers; ' + NO_NUMBER, SURVEY, Below('keel', 'pre_ln')),
     C('Mix-LN', MIXLN, 'Mix-LN outperforms Post-LN', '70M to 7B params; ' + NO_NUMBER,
       'repro_pre_vs_post_ln', Below('mix_ln', 'post_ln')),
     C('Mix-LN', MIXLN, 'Mix-LN outperforms Pre-LN', '70M to 7B params; ' + NO_NUMBER,
       'repro_curse_of_depth', Below('mix_ln', 'pre_ln')),
-    C('Mix-LN', MIXLN, 'Mix-LN outperforms Pre-LN, each at its best rate', '70M to 7B params; ' + NO_NUMBER,
-      'lr_sweep', Below('mix_ln', 'pre_ln')),
-    C('Mix-LN', MIXLN, 'Mix-LN outperforms Post-LN, each at its best rate', '70M to 7B params; ' + NO_NUMBER,
-      'lr_sweep', Below('mix_ln', 'post_ln')),
+    C('Mix-LN', MIXLN, 'Mix-LN outperforms Pre-LN' + BEST, '70M to 7B params; ' + NO_NUMBER,
+      SURVEY, Below('mix_ln', 'pre_ln')),
+    C('Mix-LN', MIXLN, 'Mix-LN outperforms Post-LN' + BEST, '70M to 7B params; ' + NO_NUMBER,
+      SURVEY, Below('mix_ln', 'post_ln')),
     C('LayerNorm Scaling', COD, 'LayerNorm Scaling lowers the loss of Pre-LN',
       '130M to 1B params; ' + NO_NUMBER, 'repro_curse_of_depth', Below('lns', 'pre_ln')),
-    C('DyT', 'Zhu et al. 2025, arXiv 2503.10622', 'DyT matches or exceeds LayerNorm',
-      NO_NUMBER, 'repro_norm_free', NotAbove('dyt', 'layernorm')),
-    C('Derf', 'Chen et al. 2025 (Derf)', 'Derf outperforms LayerNorm', NO_NUMBER,
-      'repro_norm_free', Below('derf', 'layernorm')),
-    C('Derf', 'Chen et al. 2025 (Derf)', 'Derf outperforms DyT', NO_NUMBER, 'repro_norm_free',
-      Below('derf', 'dyt')),
+    C('LayerNorm Scaling', COD, 'LayerNorm Scaling lowers the loss of Pre-LN' + BEST,
+      '130M to 1B params; ' + NO_NUMBER, SURVEY, Below('lns', 'pre_ln')),
+    C('LayerNorm Scaling', COD, 'deep blocks count more with LNS: a larger effective depth than Pre-LN' + BEST,
+      '130M to 1B params; ' + NO_NUMBER, SURVEY, Below('pre_ln', 'lns'), 'effective_depth/skip'),
+    C('DyT', DYT, 'DyT matches or exceeds LayerNorm', NO_NUMBER, 'repro_norm_free',
+      NotAbove('dyt', 'layernorm')),
+    C('DyT', DYT, 'DyT matches or exceeds LayerNorm' + BEST, NO_NUMBER, SURVEY,
+      NotAbove('dyt', 'pre_ln')),
+    C('Derf', DERF, 'Derf outperforms LayerNorm', NO_NUMBER, 'repro_norm_free',
+      Below('derf', 'layernorm')),
+    C('Derf', DERF, 'Derf outperforms DyT', NO_NUMBER, 'repro_norm_free', Below('derf', 'dyt')),
+    C('Derf', DERF, 'Derf outperforms LayerNorm' + BEST, NO_NUMBER, SURVEY, Below('derf', 'pre_ln')),
+    C('Derf', DERF, 'Derf outperforms DyT' + BEST, NO_NUMBER, SURVEY, Below('derf', 'dyt')),
     C('DyT', 'DyT is regime-dependent (2026)', 'DyT helps at small token budgets, hurts at large',
       'GPT-2 64M: -27.3% val loss at 1M tokens, +18.8% at 118M'),
-    C('ProRes', 'Chen et al. 2026 (ProRes)', 'progressive residual warmup lowers the final loss',
-      NO_NUMBER, 'repro_training_dynamics', Below('prores', 'pre_ln')),
-    C('LayerDrop', 'Fan et al. 2019 (LayerDrop)', 'LayerDrop regularizes: lower final loss',
-      NO_NUMBER, 'repro_training_dynamics', Below('layerdrop', 'pre_ln')),
-    C('LayerSkip', 'Elhoushi et al. 2024 (LayerSkip)', 'layer dropout plus early-exit loss makes early exits accurate',
-      'Llama models; self-speculative decoding up to 2.16x faster'),
-    C('Hyper-connections (static / dynamic)', 'Zhu et al. 2024, arXiv 2409.19606',
+    C('ProRes', PRORES, 'progressive residual warmup lowers the final loss', NO_NUMBER,
+      'repro_training_dynamics', Below('prores', 'pre_ln')),
+    C('ProRes', PRORES, 'progressive residual warmup lowers the final loss' + BEST, NO_NUMBER,
+      SURVEY, Below('prores', 'pre_ln')),
+    C('LayerDrop', LAYERDROP, 'LayerDrop regularizes: lower final loss', NO_NUMBER,
+      'repro_training_dynamics', Below('layerdrop', 'pre_ln')),
+    C('LayerDrop', LAYERDROP, 'LayerDrop regularizes: lower final loss' + BEST, NO_NUMBER,
+      SURVEY, Below('layerdrop', 'pre_ln')),
+    C('LayerSkip', LAYERSKIP, 'layer dropout plus early-exit loss makes early exits accurate',
+      'Llama models; self-speculative decoding up to 2.16x faster', SURVEY,
+      Reference('layerskip', 'pre_ln')),
+    C('Hyper-connections (static / dynamic)', HC,
       'hyper-connections beat the standard residual at equal size', NO_NUMBER,
       'repro_width_depth_ladder', Below('hyper_connections_d64_L8', 'pre_ln_d64_L8')),
-    C('AttnRes / Block AttnRes', 'Kimi 2026, arXiv 2603.15031',
-      'attention over earlier layers beats the fixed residual sum', NO_NUMBER,
-      'repro_width_depth_ladder', Below('attn_res_d64_L8', 'pre_ln_d64_L8')),
-    C('DenseFormer (DWA)', 'Pagliardini et al. 2024 (DenseFormer)',
-      'depth-weighted averages of past block outputs lower the loss', NO_NUMBER,
-      'repro_width_depth_ladder', Below('denseformer_d64_L8', 'pre_ln_d64_L8')),
+    C('Hyper-connections (static / dynamic)', HC,
+      'dynamic hyper-connections beat the standard residual' + BEST, NO_NUMBER, SURVEY,
+      Below('hyper_connections', 'pre_ln')),
+    C('Hyper-connections (static / dynamic)', HC,
+      'static hyper-connections beat the standard residual' + BEST, NO_NUMBER, SURVEY,
+      Below('hyper_connections_static', 'pre_ln')),
+    C('AttnRes / Block AttnRes', ATTNRES, 'attention over earlier layers beats the fixed residual sum',
+      NO_NUMBER, 'repro_width_depth_ladder', Below('attn_res_d64_L8', 'pre_ln_d64_L8')),
+    C('AttnRes / Block AttnRes', ATTNRES, 'attention over earlier layers beats the fixed residual sum' + BEST,
+      NO_NUMBER, SURVEY, Below('attn_res', 'pre_ln')),
+    C('AttnRes / Block AttnRes', ATTNRES, 'Block AttnRes beats the fixed residual sum' + BEST,
+      NO_NUMBER, SURVEY, Below('block_attn_res', 'pre_ln')),
+    C('DenseFormer (DWA)', DENSEFORMER, 'depth-weighted averages of past block outputs lower the loss',
+      NO_NUMBER, 'repro_width_depth_ladder', Below('denseformer_d64_L8', 'pre_ln_d64_L8')),
+    C('DenseFormer (DWA)', DENSEFORMER,
+      'depth-weighted averages of past block outputs lower the loss' + BEST, NO_NUMBER, SURVEY,
+      Below('denseformer', 'pre_ln')),
     C('depth-muP', 'Yang et al. 2023 (Tensor Programs VI)', 'the optimal learning rate transfers across depth',
       NO_NUMBER),
     C('depth-muP', 'Bordelon et al. 2023 (depthwise hyperparameter transfer)',
@@ -139,101 +199,146 @@ CLAIMS: tuple[Claim, ...] = (
       NotAbove('pre_ln_d128_L2', 'pre_ln_d32_L32')),
     C('CompleteP', 'Dey et al. 2025 (CompleteP)', 'alpha = 1 transfers hyperparameters across depth and trains deep models compute-efficiently',
       NO_NUMBER),
-    # every other method of docs/methods.md
+    # every other method of docs/methods.md, measured by the survey
     C('Peri-LN', 'Kim et al. 2025 (Peri-LN)', 'Peri-LN balances variance growth and trains better than Pre-LN',
-      'up to 3.2B params; ' + NO_NUMBER, 'norm_placement', Below('peri_ln_L8', 'pre_ln_L8')),
+      'up to 3.2B params; ' + NO_NUMBER, SURVEY, Below('peri_ln', 'pre_ln')),
     C('Sandwich-LN', 'Ding et al. 2021 (CogView)', 'sandwich norms stabilize training', NO_NUMBER,
-      'norm_placement', NotAbove('sandwich_ln_L8', 'pre_ln_L8')),
+      SURVEY, NotAbove('sandwich_ln', 'pre_ln')),
     C('Sub-LN (Magneto)', 'Wang et al. 2022 (Foundation Transformers)', 'Sub-LN performs better than the usual placements',
-      NO_NUMBER, 'norm_placement', Below('sub_ln_L8', 'pre_ln_L8')),
+      NO_NUMBER, SURVEY, Below('sub_ln', 'pre_ln')),
     C('NormFormer', 'Shleifer et al. 2021 (NormFormer)', 'extra norms improve Pre-LN pre-training perplexity',
       '1.3B: equal perplexity 24% faster, 0.27 lower perplexity at equal compute',
-      'norm_placement', Below('normformer_L8', 'pre_ln_L8')),
-    C('HybridNorm', 'Zhuo et al. 2025 (HybridNorm)', 'HybridNorm outperforms Pre-Norm and Post-Norm',
-      NO_NUMBER, 'norm_placement', Below('hybridnorm_L8', 'pre_ln_L8')),
-    C('HybridNorm*', 'Zhuo et al. 2025 (HybridNorm)', 'HybridNorm* outperforms Pre-Norm', NO_NUMBER,
-      'norm_placement', Below('hybridnorm_star_L8', 'pre_ln_L8')),
+      SURVEY, Below('normformer', 'pre_ln')),
+    C('HybridNorm', HYBRID, 'HybridNorm outperforms Pre-Norm and Post-Norm', NO_NUMBER, SURVEY,
+      Below('hybridnorm', 'pre_ln')),
+    C('HybridNorm*', HYBRID, 'HybridNorm* outperforms Pre-Norm', NO_NUMBER, SURVEY,
+      Below('hybridnorm_star', 'pre_ln')),
     C('BranchNorm (reconstruction from the abstract)', 'Liu et al. 2023 (BranchNorm)',
       'better stability/convergence trade-off than DeepNorm', 'translation; ' + NO_NUMBER,
-      'norm_placement', Below('branchnorm_L8', 'deepnorm_L8')),
-    C('nGPT', 'Loshchilov et al. 2024 (nGPT)', 'nGPT reaches the same accuracy in fewer steps',
-      '4x to 20x fewer steps, depending on sequence length'),
+      SURVEY, Below('branchnorm', 'deepnorm')),
+    C('nGPT', 'Loshchilov et al. 2024 (nGPT)', 'nGPT reaches the same accuracy in fewer steps (so: lower loss at equal steps)',
+      '4x to 20x fewer steps, depending on sequence length', SURVEY, Below('ngpt', 'pre_ln')),
     C('SimpleNorm', 'Chen et al. 2026 (SimpleGPT)', 'SimpleNorm tolerates larger rates and ends lower',
-      '7B, 60K steps: train loss 2.208 vs 2.290 (LLaMA2 with QK-norm); rates 3x-10x larger'),
-    C('GPAS', 'Chen et al. 2025 (GPAS)', 'GPAS improves Pre-LN', '71M to 1B params; ' + NO_NUMBER),
+      '7B, 60K steps: train loss 2.208 vs 2.290 (LLaMA2 with QK-norm); rates 3x-10x larger',
+      SURVEY, Below('simple_norm', 'pre_ln')),
+    C('GPAS', 'Chen et al. 2025 (GPAS)', 'GPAS improves Pre-LN', '71M to 1B params; ' + NO_NUMBER,
+      SURVEY, Below('gpas', 'pre_ln')),
     C('QK-norm', 'Henry et al. 2020 (QKNorm); OLMo 2', 'normalized queries and keys avoid softmax saturation',
-      'low-resource translation: +0.928 BLEU on average'),
+      'low-resource translation: +0.928 BLEU on average', SURVEY, Reference('qk_norm', 'pre_ln')),
     C('LayerRoPE (interpretation)', 'LayerRoPE 2026', 'LayerRoPE beats Pre-, Post-, Peri-LN and LNS',
-      "Pre-Norm's 1.3B loss with 3.4x less compute; up to 512 layers"),
-    C('LayerNorm', 'Ba et al. 2016', 'normalization stabilizes and speeds up training', NO_NUMBER),
+      "Pre-Norm's 1.3B loss with 3.4x less compute; up to 512 layers", SURVEY,
+      Below('layer_rope', 'pre_ln')),
+    C('LayerNorm', 'Ba et al. 2016', 'normalization stabilizes and speeds up training', NO_NUMBER,
+      SURVEY, Below('pre_ln', 'no_norm')),
     C('RMSNorm', 'Zhang & Sennrich 2019, arXiv 1910.07467', 'RMSNorm performs comparably to LayerNorm',
-      'comparable quality, 7% to 64% faster', 'norm_free', NotAbove('rmsnorm_L8', 'layernorm_L8')),
+      'comparable quality, 7% to 64% faster', SURVEY, NotAbove('rmsnorm', 'pre_ln')),
     C('CRMSNorm (Pre-CRMSNorm)', 'Jiang et al. 2023, arXiv 2305.14858',
       'Pre-LN, Pre-RMSNorm and Pre-CRMSNorm are equivalent', '1% to 10% faster; exact equivalence',
-      'mlp_variants', NotAbove('crms_gelu', 'ln_gelu')),
-    C('ScaleNorm', 'Nguyen & Salazar 2019', 'ScaleNorm trains faster and better',
-      'five low-resource pairs: +1.1 BLEU on average (with PreNorm and FixNorm)'),
-    C('FixNorm', 'Nguyen & Salazar 2019', 'fixed-length word embeddings help', 'see ScaleNorm'),
+      SURVEY, NotAbove('crmsnorm', 'pre_ln')),
+    C('ScaleNorm', SCALENORM, 'ScaleNorm trains faster and better',
+      'five low-resource pairs: +1.1 BLEU on average (with PreNorm and FixNorm)', SURVEY,
+      Below('scalenorm', 'pre_ln')),
+    C('FixNorm', SCALENORM, 'fixed-length word embeddings help', 'see ScaleNorm', SURVEY,
+      Below('fixnorm', 'scalenorm')),
     C('BHyT (star)', 'Byun et al. 2026 (BHyT)', 'BHyT matches RMSNorm and trains faster',
-      '15.8% faster training, 4.2% higher generation throughput than RMSNorm'),
-    C('SeeDNorm', 'Cai et al. 2025 (SeeDNorm)', 'SeeDNorm outperforms RMSNorm, LayerNorm and DyT', NO_NUMBER),
-    C('none', '(norm-free studies)', 'reference: no normalization', 'not a claim'),
-    C('GELU (tanh form)', 'Hendrycks & Gimpel 2016', 'reference activation', 'not a claim'),
+      '15.8% faster training, 4.2% higher generation throughput than RMSNorm', SURVEY,
+      NotAbove('bhyt', 'rmsnorm')),
+    C('SeeDNorm', 'Cai et al. 2025 (SeeDNorm)', 'SeeDNorm outperforms RMSNorm, LayerNorm and DyT', NO_NUMBER,
+      SURVEY, Below('seednorm', 'rmsnorm')),
+    C('none', '(norm-free studies)', 'reference: no normalization', 'not a claim', SURVEY,
+      Reference('no_norm', 'pre_ln')),
+    C('GELU (tanh form)', 'Hendrycks & Gimpel 2016', 'reference activation', 'not a claim', SURVEY,
+      Reference('pre_ln', 'relu2')),
     C('ReLU', 'Jha & Reagen 2024, arXiv 2410.09637', 'without LayerNorm, ReLU beats GELU',
-      '8.2% perplexity improvement', 'mlp_variants', Below('none_relu', 'none_gelu')),
+      '8.2% perplexity improvement', SURVEY, Below('no_norm_relu', 'no_norm')),
     C('squared ReLU', 'So et al. 2021 (Primer), arXiv 2109.08668', 'squared ReLU improves language modelling',
-      NO_NUMBER, 'mlp_variants', Below('none_relu2', 'none_gelu')),
-    C('SwiGLU', 'Shazeer 2020', 'gated MLPs improve perplexity', NO_NUMBER),
+      NO_NUMBER, SURVEY, Below('relu2', 'pre_ln')),
+    C('SwiGLU', 'Shazeer 2020', 'gated MLPs improve perplexity', NO_NUMBER, SURVEY,
+      Below('swiglu', 'pre_ln')),
     C('tapered MLP width (reconstruction)', TLM, 'earlier-heavy MLP widths beat uniform widths at a fixed budget',
-      NO_NUMBER, 'mlp_variants', Below('taper_cosine', 'ln_gelu')),
+      NO_NUMBER, SURVEY, Below('taper_cosine', 'pre_ln')),
     C('tapered MLP width (reconstruction)', TLM, 'the reverse allocation hurts', NO_NUMBER,
-      'mlp_variants', Below('ln_gelu', 'taper_reverse')),
+      SURVEY, Below('pre_ln', 'taper_reverse')),
     C('muP (Adam)', 'Yang et al. 2022 (Tensor Programs V)', 'the optimal learning rate transfers across width', NO_NUMBER),
     C('init: normal / xavier / small_init / depth_scaled', 'GPT-2; Glorot & Bengio 2010; Nguyen & Salazar 2019',
-      'reference inits', 'not a claim'),
-    C('init: deepnorm', DEEPNET, 'see DeepNorm', 'see DeepNorm'),
+      'reference inits: xavier against normal', 'not a claim', SURVEY, Reference('xavier', 'pre_ln')),
+    C('init: normal / xavier / small_init / depth_scaled', 'GPT-2; Glorot & Bengio 2010; Nguyen & Salazar 2019',
+      'reference inits: small_init against depth_scaled', 'not a claim', SURVEY,
+      Reference('small_init', 'depth_scaled')),
+    C('init: deepnorm', DEEPNET, 'see DeepNorm: with its init, DeepNorm trains where Post-LN does not',
+      'see DeepNorm', SURVEY, Below('deepnorm', 'post_ln')),
     C('DeepScaleLM', 'Kedia et al. 2024 (DeepScaleLM)', 'deeper models with fewer parameters beat shallow ones',
-      '100s of layers; ' + NO_NUMBER),
-    C('Q/K slow-down', 'arXiv 2605.10504', 'slowing upper-layer Q/K early improves final perplexity', NO_NUMBER),
+      '100s of layers; ' + NO_NUMBER, SURVEY, Reference('deepscalelm', 'pre_ln')),
+    C('Q/K slow-down', 'arXiv 2605.10504', 'slowing upper-layer Q/K early improves final perplexity', NO_NUMBER,
+      SURVEY, Below('qk_slow', 'pre_ln')),
     C('LLR', 'arXiv 2605.22297', 'layer-wise rates from heavy-tailedness converge faster',
-      '60M to 3B params, up to 100B tokens; ' + NO_NUMBER),
-    C('AdamW', 'Loshchilov & Hutter 2019', 'reference optimizer', 'not a claim'),
+      '60M to 3B params, up to 100B tokens; ' + NO_NUMBER, SURVEY, Below('llr', 'pre_ln')),
+    C('AdamW', 'Loshchilov & Hutter 2019', 'reference optimizer', 'not a claim', SURVEY,
+      Reference('pre_ln', 'muon')),
     C('Muon', 'Jordan et al. 2024; Park et al. 2025 (OSP)', 'Muon trains without outlier channels',
-      '1.4B, 1T tokens: excess kurtosis 0.04 vs 1818.56 (with the two OSP parts below)'),
-    C('single-scale RMSNorm', OSP, 'one scale prevents channel-wise amplification', 'see Muon'),
-    C('embedding projection', OSP, 'a learned projection spreads embedding outliers', 'see Muon'),
-    C('standard residual', 'He et al. 2016', 'reference residual', 'not a claim'),
+      '1.4B, 1T tokens: excess kurtosis 0.04 vs 1818.56 (with the two OSP parts below)', SURVEY,
+      Reference('muon', 'pre_ln')),
+    C('single-scale RMSNorm', OSP, 'one scale prevents channel-wise amplification', 'see Muon', SURVEY,
+      Reference('osp', 'muon')),
+    C('embedding projection', OSP, 'a learned projection spreads embedding outliers', 'see Muon', SURVEY,
+      Reference('osp', 'muon')),
+    C('standard residual', 'He et al. 2016', 'reference residual', 'not a claim', SURVEY,
+      Reference('pre_ln', 'no_norm')),
     C('mHC', 'Xie et al. 2025, arXiv 2512.24880', 'manifold-constrained hyper-connections train stably and better',
-      NO_NUMBER),
+      NO_NUMBER, SURVEY, Below('mhc', 'pre_ln')),
     C('LAuReL RW / LR / PA / RW+LR', 'Menghani et al. 2025, arXiv 2411.07501',
       'a learned residual beats the standard one at almost no cost',
-      'ResNet-50 ImageNet: 60% of the gain of an extra layer for 0.003% more params'),
-    C('ResFormer / SVFormer / SATFormer', 'Zhou et al. 2024, arXiv 2410.17897; arXiv 2605.03953',
-      'value residuals lower the loss', NO_NUMBER),
-    C('Parallel block', 'GPT-J, PaLM; GPT-NeoX', 'parallel attention and MLP match the serial block', NO_NUMBER),
-    C('MoDA', 'MoDA (hustvl), arXiv 2603.15619', 'attending to earlier layers lowers the loss', NO_NUMBER),
-    C('Layer pruning with healing', 'Gromov et al. 2024, arXiv 2403.17887',
-      'deep layers can be pruned with little loss after healing', NO_NUMBER),
+      'ResNet-50 ImageNet: 60% of the gain of an extra layer for 0.003% more params', SURVEY,
+      Below('laurel', 'pre_ln')),
+    C('ResFormer / SVFormer / SATFormer', VALUE_RES, 'value residuals lower the loss (ResFormer)',
+      NO_NUMBER, SURVEY, Below('resformer', 'pre_ln')),
+    C('ResFormer / SVFormer / SATFormer', VALUE_RES, 'value residuals lower the loss (SVFormer)',
+      NO_NUMBER, SURVEY, Below('svformer', 'pre_ln')),
+    C('ResFormer / SVFormer / SATFormer', VALUE_RES, 'value residuals lower the loss (SATFormer)',
+      NO_NUMBER, SURVEY, Below('satformer', 'pre_ln')),
+    C('Parallel block', 'GPT-J, PaLM; GPT-NeoX', 'parallel attention and MLP match the serial block (GPT-J)',
+      NO_NUMBER, SURVEY, NotAbove('parallel_gptj', 'pre_ln')),
+    C('Parallel block', 'GPT-J, PaLM; GPT-NeoX', 'parallel attention and MLP match the serial block (NeoX)',
+      NO_NUMBER, SURVEY, NotAbove('parallel_neox', 'pre_ln')),
+    C('MoDA', 'MoDA (hustvl), arXiv 2603.15619', 'attending to earlier layers lowers the loss', NO_NUMBER,
+      SURVEY, Below('moda', 'pre_ln')),
+    # procedures on trained models (experiments/posthoc.py, one seed: rows show the numbers)
+    C('Layer pruning with healing', GROMOV, 'deep layers can be pruned with little loss after healing (2 of 8)',
+      NO_NUMBER, 'posthoc', Reference('prune_n2', 'prune_n0')),
+    C('Layer pruning with healing', GROMOV, 'deep layers can be pruned with little loss after healing (4 of 8)',
+      NO_NUMBER, 'posthoc', Reference('prune_n4', 'prune_n0')),
     C('Removing the norms by fine-tuning', 'Heimersheim 2024, arXiv 2409.13710',
-      'LayerNorm can be removed from GPT-2 by fine-tuning', 'GPT-2 small: +0.05 cross-entropy after 500M tokens'),
+      'LayerNorm can be removed from GPT-2 by fine-tuning', 'GPT-2 small: +0.05 cross-entropy after 500M tokens',
+      'posthoc', Reference('ln_free', 'L8')),
     C('Linear maps across depth', 'Csordás et al. 2025, arXiv 2505.13898',
-      'second-half layers contribute little', NO_NUMBER),
+      'second-half layers contribute little (so: half the depth loses little)', NO_NUMBER, 'posthoc',
+      Reference('L4', 'L8')),
     C('Recurrence (layer tying, Universal-Transformer depth)', 'Dehghani et al. 2018, arXiv 1807.03819',
-      'a looped block matches a deeper unique stack', NO_NUMBER, 'recurrence',
-      NotAbove('loop_U2xK3', 'unique_L6')),
+      'a looped block matches a deeper unique stack', NO_NUMBER, SURVEY, NotAbove('loop', 'pre_ln')),
     C('Relaxed Recursive Transformer', 'Bae et al. 2024, arXiv 2410.20672',
-      'per-loop LoRA improves a looped model', 'recursive Gemma 1B; ' + NO_NUMBER, 'recurrence',
-      Below('relaxed_U2xK3', 'loop_U2xK3')),
+      'per-loop LoRA improves a looped model', 'recursive Gemma 1B; ' + NO_NUMBER, SURVEY,
+      Below('relaxed_loop', 'loop')),
 )
 
 
-def variant_stats(res: Results) -> pd.DataFrame:
-  """Per variant (index): seeds, mean, low, high (final eval loss, 95% Student-t), lr,
+def final_values(res: Results, metric: str = LOSS) -> pd.Series:
+  """Per finished rung: its final eval loss, or the last logged value of an analysis scalar
+  ('effective_depth/skip'); rungs that never logged it are left out."""
+  if metric == LOSS:
+    return res.summaries.set_index('rung')[LOSS]
+  s = res.scalars[(res.scalars.tag == metric) & res.scalars.rung.isin(res.summaries.rung)]
+  return s.loc[s.groupby('rung').step.idxmax()].set_index('rung').value
+
+
+def variant_stats(res: Results, metric: str = LOSS) -> pd.DataFrame:
+  """Per variant (index): seeds, mean, low, high (of final_values, 95% Student-t), lr,
   L, D, params (non-embedding), tokens, data."""
   cfg = res.configs.set_index('rung')
+  values = final_values(res, metric)
+  done = res.summaries[res.summaries.rung.isin(values.index)]
   rows = []
-  for v, g in res.summaries.groupby(res.summaries.rung.map(intervals.variant), sort=False):
-    mean, low, high = intervals.t_interval(g.final_eval_loss)
+  for v, g in done.groupby(done.rung.map(intervals.variant), sort=False):
+    mean, low, high = intervals.t_interval(values[g.rung])
     c = cfg.loc[g.rung.iloc[0]]
     rows.append({'variant': v, 'seeds': len(g), 'mean': mean, 'low': low, 'high': high,
                  'lr': c['optim.lr'] if cfg.loc[g.rung, 'optim.lr'].nunique() == 1 else np.nan,
@@ -256,12 +361,13 @@ def evaluate(runs: dict[tuple[str, str], Results],
   none: method, paper, claim, reported, measured_by (experiment:size), rule, size, data,
   tokens, measured (mean [interval] per variant), verdict. runs: (experiment, size) -> its
   loaded ladder."""
-  stats = {key: variant_stats(res) for key, res in runs.items()}
   rows = []
   for c in table:
+    rule = c.rule.describe() if c.rule else 'no experiment measures it yet'
     base = {'method': c.method, 'paper': c.paper, 'claim': c.claim, 'reported': c.reported,
-            'rule': c.rule.describe() if c.rule else 'no experiment measures it yet'}
-    found = [(size, s) for (exp, size), s in stats.items() if exp == c.experiment]
+            'rule': rule if c.metric == LOSS else f'{c.metric}: {rule}'}
+    found = [(size, variant_stats(res, c.metric)) for (exp, size), res in runs.items()
+             if exp == c.experiment]
     for size, s in found or [('', None)]:
       v = verdict(c, s)
       row = {**base, 'measured_by': f'{c.experiment}:{size}' if size else c.experiment or '-',
@@ -294,7 +400,10 @@ def markdown(table: pd.DataFrame, note: str = '') -> str:
           'final eval loss per variant as mean and 95% Student-t interval over seeds, and the',
           'verdict that the row\'s rule gives. Verdicts: reproduces; does not at this size',
           '(intervals overlap: nothing separates at this size and seed count); contradicts;',
-          'not measured (no run given, or its ladder lacks the variants). The claims, papers\'',
+          'measured, no verdict (a reference method, a claim about something other than the',
+          'final loss, or a one-seed run); not measured (no run given, or its ladder lacks the',
+          'variants). A rule on an analysis scalar names it (effective_depth/skip, docs/metrics.md).',
+          'The claims, papers\'',
           'numbers and rules live in `depthscale/results/claims.py`.', '',
           'Runs read: ' + (', '.join(sorted({m for m in table.measured_by if ':' in m})) or 'none')
           + (f'. {note}' if note else '') + '.', '']

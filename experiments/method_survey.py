@@ -1,0 +1,129 @@
+"""Every method of docs/methods.md that trains from scratch, each at its own best learning
+rate, on natural text: the measurement behind most rows of docs/claims.md.
+
+Run (arg = smoke | cpu; default cpu):
+  python -m depthscale.main --config=experiments/method_survey.py:cpu --workdir=runs/method_survey
+  python -m depthscale.compare runs/method_survey   # best rate, seeds, mean and 95% t interval
+  python -m depthscale.claims --runs method_survey:cpu=runs/method_survey ...
+
+Ladder: one variant per method (VARIANTS: placements, norm functions, MLPs, inits, residual
+designs, recurrence, training dynamics, optimizers), each a change of the baseline `pre_ln`
+(Pre-LN, LayerNorm, GELU, standard residual, AdamW, normal init). ladder.lr_sweep: stage 1
+trains every variant at 4 log-spaced rates (1e-3, 3e-3, 1e-2, 3e-2; seed 0), stage 2 trains
+seeds 1..3 at the variant's best stage-1 rate. Data: python_docs (English prose, bytes), eval
+on 8 held-out batches. Size cpu: L 8, d 32, 2 heads, T 64, batch 8, 300 steps (153,600
+tokens, ~1.5 per non-embedding parameter of the baseline), 10% warmup then cosine decay;
+`pre_ln` and `lns` also run the end-of-run analyses (effective depth, skip-one-block).
+smoke: 3 variants, 2 rates, 1 seed, L 2, 20 steps.
+
+Not here: the parametrizations (muP, depth-muP, CompleteP), whose claim is a transfer of
+the best rate across width or depth (experiments/depth_mup_transfer.py), and the procedures
+on trained models (experiments/posthoc.py).
+"""
+
+from depthscale.experiment import study_config
+from depthscale.ladder import lr_sweep
+
+# name -> (L, D, heads, seq_len, batch, steps, rates, seeds)
+SIZES = {
+    'smoke': (2, 16, 1, 16, 4, 20, [1e-3, 1e-2], 1),
+    'cpu': (8, 32, 2, 64, 8, 300, [1e-3, 3e-3, 1e-2, 3e-2], 3),
+}
+ANALYSED = {'metrics.analysis_every': -1}  # -1: the size's step count (get_ladder)
+
+VARIANTS = {
+    'pre_ln': ANALYSED,
+    # norm placements (depthscale.model.placements)
+    'post_ln': {'model.block': 'post_ln'},
+    'post_ln_no_warmup': {'model.block': 'post_ln', 'optim.warmup_steps': 0},
+    'peri_ln': {'model.block': 'peri_ln'},
+    'sandwich_ln': {'model.block': 'sandwich_ln'},
+    'mix_ln': {'model.block': 'mix_ln'},
+    'deepnorm': {'model.block': 'deepnorm', 'model.init': 'deepnorm'},
+    'sub_ln': {'model.block': 'sub_ln'},
+    'normformer': {'model.block': 'normformer'},
+    'hybridnorm': {'model.block': 'hybridnorm'},
+    'hybridnorm_star': {'model.block': 'hybridnorm_star'},
+    'keel': {'model.block': 'keel'},
+    'branchnorm': {'model.block': 'branchnorm', 'train.branchnorm_steps': 100},
+    'ngpt': {'model.block': 'ngpt', 'model.mlp': 'swiglu', 'optim.weight_decay': 0.0,
+             'optim.warmup_steps': 0, 'model.tie_embeddings': False},
+    'simple_norm': {'model.block': 'simple_norm'},
+    # Pre-LN with an added mechanism
+    'lns': {'model.ln_scaling': True, **ANALYSED},
+    'gpas': {'model.gpas': True},
+    'qk_norm': {'model.qk_norm': 'per_head'},
+    'layer_rope': {'model.layer_rope': True},
+    # norm functions (depthscale.model.norms), Pre-LN
+    'rmsnorm': {'model.norm': 'rmsnorm'},
+    'crmsnorm': {'model.norm': 'crmsnorm', 'model.norm_bias': True},
+    'scalenorm': {'model.norm': 'scalenorm'},
+    'fixnorm': {'model.norm': 'scalenorm', 'model.fix_norm': True},
+    'dyt': {'model.norm': 'dyt'},
+    'derf': {'model.norm': 'derf'},
+    'bhyt': {'model.norm': 'bhyt'},
+    'seednorm': {'model.norm': 'seednorm'},
+    'no_norm': {'model.norm': 'none'},
+    # MLPs
+    'no_norm_relu': {'model.norm': 'none', 'model.mlp': 'relu'},
+    'relu2': {'model.mlp': 'relu2'},
+    'swiglu': {'model.mlp': 'swiglu'},
+    'taper_cosine': {'model.mlp_taper': 'cosine'},
+    'taper_reverse': {'model.mlp_taper': 'reverse'},
+    # inits (depthscale.model.parametrization.INITS)
+    'xavier': {'model.init': 'xavier'},
+    'small_init': {'model.init': 'small_init'},
+    'depth_scaled': {'model.init': 'depth_scaled'},
+    'deepscalelm': {'model.init': 'deepscalelm'},
+    # residual-stream designs (depthscale.model.residual)
+    'hyper_connections': {'model.residual': 'hyper_connections'},
+    'hyper_connections_static': {'model.residual': 'hyper_connections', 'model.hc_dynamic': False},
+    'mhc': {'model.residual': 'mhc'},
+    'denseformer': {'model.residual': 'denseformer'},
+    'attn_res': {'model.residual': 'attn_res'},
+    'block_attn_res': {'model.residual': 'block_attn_res', 'model.attn_res_blocks': 4},
+    'laurel': {'model.residual': 'laurel', 'model.laurel': 'rw_lr'},
+    'resformer': {'model.value_residual': 'resformer'},
+    'svformer': {'model.value_residual': 'svformer'},
+    'satformer': {'model.value_residual': 'satformer'},
+    'parallel_gptj': {'model.parallel_block': 'gptj'},
+    'parallel_neox': {'model.parallel_block': 'neox'},
+    'moda': {'model.moda': True},
+    # depth by recurrence: 2 shared blocks looped 4 times (effective depth 8)
+    'loop': {'model.loops': 4},
+    'relaxed_loop': {'model.loops': 4, 'model.loop_lora_rank': 4},
+    # training dynamics (depthscale.training.dynamics) and optimizers
+    'prores': {'train.prores': 'linear', 'train.prores_warmup_steps': -1},  # -1: half the steps
+    'layerdrop': {'train.layerdrop': 0.2},
+    'layerskip': {'train.layerskip_p_max': 0.2, 'train.early_exit_scale': 0.1},
+    'qk_slow': {'optim.qk_slow_factor': 0.1, 'optim.qk_slow_steps': -1, 'optim.qk_slow_ramp': -1},
+    'llr': {'optim.llr': True},
+    'muon': {'optim.name': 'muon'},
+    'osp': {'optim.name': 'muon', 'model.norm': 'ss_rmsnorm', 'model.embed_projection': True},
+}
+SMOKE = ('pre_ln', 'post_ln', 'lns')
+_STEP_FIELDS = ('metrics.analysis_every', 'train.prores_warmup_steps', 'optim.qk_slow_steps',
+                'optim.qk_slow_ramp')  # -1 in VARIANTS: a fraction of the size's steps
+
+
+def get_config(arg: str | None = None):
+  num_layers, d_model, heads, seq_len, batch, steps, _, _ = SIZES[arg or 'cpu']
+  c = study_config(arg, seq_len=seq_len, batch=batch, steps=steps, log_every=max(steps // 10, 1),
+                   num_layers=num_layers, d_model=d_model, num_heads=heads)
+  c.data.source, c.data.eval_batches = 'python_docs', 8
+  c.model.unroll_max_layers, c.metrics.images = 0, False  # compile-bound: rolled scan, no figures
+  return c
+
+
+def _resolve_steps(overrides: dict, steps: int) -> dict:
+  """-1 step counts: the analyses at the end, ProRes over half the run, Q/K slowed for a
+  tenth and ramped back over the next tenth."""
+  share = {'metrics.analysis_every': steps, 'train.prores_warmup_steps': steps // 2,
+           'optim.qk_slow_steps': steps // 10, 'optim.qk_slow_ramp': steps // 10}
+  return {k: share[k] if k in _STEP_FIELDS and v == -1 else v for k, v in overrides.items()}
+
+
+def get_ladder(arg: str | None = None):
+  *_, steps, rates, seeds = SIZES[arg or 'cpu']
+  names = SMOKE if arg == 'smoke' else VARIANTS
+  return lr_sweep({n: _resolve_steps(VARIANTS[n], steps) for n in names}, rates, seeds)
