@@ -16,6 +16,10 @@ tokens, ~1.5 per non-embedding parameter of the baseline), 10% warmup then cosin
 `pre_ln` and `lns` also run the end-of-run analyses (effective depth, skip-one-block).
 smoke: 3 variants, 2 rates, 1 seed, L 2, 20 steps.
 
+Runtime: cpu: 413 rungs (59 variants x 7) of about 30 s each on the 2-core machine with two
+rungs training at once and other jobs running (load average ~5).
+Expected result: the rows of docs/claims.md measured by method_survey:cpu.
+
 Not here: the parametrizations (muP, depth-muP, CompleteP), whose claim is a transfer of
 the best rate across width or depth (experiments/depth_mup_transfer.py), and the procedures
 on trained models (experiments/posthoc.py).
