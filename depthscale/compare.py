@@ -85,8 +85,12 @@ def scaling_views(res: Results, out_dir: str,
   pts, lines, paths = res.points(), [], []
   for against in scaling.AGAINST:
     fits = scaling.fit(pts, against)
+    single = [f for f in fits if f.x.size == 1]  # a sweep's variants: nothing to fit, said once
     lines += [f'fits of final eval loss vs {against} ({LEVEL:.0%} intervals):']
-    lines += ['  ' + f.describe().replace('\n', '\n  ') for f in fits]
+    lines += ['  ' + f.describe().replace('\n', '\n  ') for f in fits if f.x.size > 1]
+    if single:
+      lines.append(f'  {len(single)} variant{"s" if len(single) > 1 else ""} with one {against} '
+                   'each: not determined (the plain power law needs 3 distinct sizes)')
     paths.append(storage.join(out_dir, f'loss_vs_{against}_fit.png'))
     _, name, base = scaling.AGAINST[against]
     plots.save(plots.fits_figure(fits, name, f'loss vs {against}', base), paths[-1])

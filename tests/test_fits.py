@@ -151,7 +151,7 @@ def test_compare_and_results_show_fits_flops_and_isoflop_groups(tmp_path, capsys
   row = next(line.split() for line in out.splitlines() if line.startswith('L8_s1 '))
   assert float(row[-1]) == pytest.approx(s.loc['L8_s1', 'flops'], rel=5e-3)
   assert pre.describe().splitlines()[0] in out
-  assert 'block=post_ln: loss vs non-embedding params N: not determined: too few points' in out
+  assert '1 variant with one params each: not determined' in out  # post_ln: one size
   assert 'iso-FLOP group 1: ' in out
   assert 'block=post_ln  L=32  D=32  loss 2.9000 ± n/a (1 seed)' in out
   for name in ('loss_vs_params_fit', 'loss_vs_depth_fit', 'loss_vs_flops', 'isoflop'):
