@@ -2,7 +2,8 @@
 [--out docs/claims.md] [--note TEXT].
 
 Each --runs names a ladder directory and the experiment file (without .py) and size
-that made it, e.g. lr_sweep:cpu=runs/lr_sweep. Verdicts and measured columns come from
+that made it, e.g. method_survey:cpu=runs/method_survey ('default' for a file run without
+an argument). Verdicts and measured columns come from
 those runs (depthscale.results.claims); claims without a run say 'not measured'."""
 
 from __future__ import annotations

@@ -67,6 +67,21 @@ def test_a_rule_on_an_analysis_scalar_reads_its_last_value(tmp_path):
   assert loss.verdict == claims.NOT_AT_SIZE  # equal losses
 
 
+@pytest.mark.parametrize('best_at_l8, verdict', [
+    (0.01, claims.REPRODUCES), (0.1, claims.NOT_AT_SIZE), (0.3, claims.CONTRADICTS), (None, claims.NOT_MEASURED)])
+def test_transfer_rule_compares_the_best_rate_across_depth(tmp_path, best_at_l8, verdict):
+  rates = (0.001, 0.01, 0.1, 0.3)
+  losses = {f'fam_L2_lr{r:g}': [3.0 - (r == 0.01)] for r in rates}  # best at 0.01
+  if best_at_l8:
+    losses.update({f'fam_L8_lr{r:g}': [3.0 - (r == best_at_l8)] for r in rates})
+  losses['other_L8_lr0.001'] = [1.0]  # another family's rungs do not count
+  rule = claims.Claim('m', 'p', 'transfers', 'n/a', 'exp', claims.Transfers('fam'))
+  row = claims.evaluate({('exp', 'tiny'): ladder(tmp_path, losses)}, (rule,)).iloc[0]
+  assert row.verdict == verdict
+  if best_at_l8:
+    assert row.measured == f'fam_L2_lr0.01 2.000 (1 seed, lr 0.001); fam_L8_lr{best_at_l8:g} 2.000 (1 seed, lr 0.001)'
+
+
 def test_command_writes_the_table(tmp_path, capsys):
   ladder(tmp_path / 'runs', {'pre_ln': [2.0, 2.01, 2.02], 'post_ln': [3.5, 3.51, 3.52]})
   out = tmp_path / 'claims.md'
@@ -103,11 +118,16 @@ def test_every_method_of_docs_methods_has_a_row():
 
 
 def test_every_rule_names_variants_of_its_ladder():
-  """A rule's variants are rung names (less the seed part) of its experiment's cpu ladder,
-  so no row is 'not measured' by a typo."""
+  """A rule's variants are rung names (less the seed part) of its experiment's cpu ladder
+  (or its only one), so no row is 'not measured' by a typo."""
   for c in claims.CLAIMS:
     if c.rule is None:
       continue
     path = os.path.join(ROOT, 'experiments', c.experiment + '.py')
-    names = {intervals.variant(r.name) for r in experiment.rungs_of(experiment.load_module(path), 'cpu')}
-    assert {c.rule.a, c.rule.b} <= names, (c.claim, {c.rule.a, c.rule.b} - names)
+    module = experiment.load_module(path)
+    arg = 'cpu' if 'cpu' in getattr(module, 'SIZES', {}) else None  # None: a file without sizes
+    names = {intervals.variant(r.name) for r in experiment.rungs_of(module, arg)}
+    if isinstance(c.rule, claims.Transfers):
+      assert any(n.startswith(c.rule.family + '_L') for n in names), c.claim
+    else:
+      assert {c.rule.a, c.rule.b} <= names, (c.claim, {c.rule.a, c.rule.b} - names)

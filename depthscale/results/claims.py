@@ -12,7 +12,9 @@ the seeds (intervals.t_interval). One seed gives no interval: nothing separates.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+import re
 
 import numpy as np
 import pandas as pd
@@ -34,11 +36,20 @@ def _order(stats: pd.DataFrame, a: str, b: str) -> int:
 
 
 @dataclasses.dataclass(frozen=True)
-class Below:
-  """Variant a's final eval loss is below b's: reproduces where a's interval lies wholly
-  below b's, contradicts where wholly above, does not at this size where they overlap."""
+class _Pair:
+  """A rule over two variants a and b, both shown in the row."""
   a: str
   b: str
+
+  def shown(self, stats: pd.DataFrame) -> list[str]:
+    del stats
+    return [self.a, self.b]
+
+
+@dataclasses.dataclass(frozen=True)
+class Below(_Pair):
+  """Variant a's final eval loss is below b's: reproduces where a's interval lies wholly
+  below b's, contradicts where wholly above, does not at this size where they overlap."""
 
   def decide(self, stats: pd.DataFrame) -> str:
     o = _order(stats, self.a, self.b)
@@ -49,11 +60,9 @@ class Below:
 
 
 @dataclasses.dataclass(frozen=True)
-class NotAbove:
+class NotAbove(_Pair):
   """Variant a matches or beats b: reproduces unless a's interval lies wholly above b's
   (contradicts)."""
-  a: str
-  b: str
 
   def decide(self, stats: pd.DataFrame) -> str:
     o = _order(stats, self.a, self.b)
@@ -64,11 +73,9 @@ class NotAbove:
 
 
 @dataclasses.dataclass(frozen=True)
-class Reference:
+class Reference(_Pair):
   """No verdict to decide (a reference method, a claim about something other than the final
   loss, or a one-seed run): the row shows a's and b's measured values."""
-  a: str
-  b: str
 
   def decide(self, stats: pd.DataFrame) -> str:
     del stats
@@ -76,6 +83,37 @@ class Reference:
 
   def describe(self) -> str:
     return f'{self.a} beside {self.b}: no verdict (not a loss claim, or one seed)'
+
+
+@dataclasses.dataclass(frozen=True)
+class Transfers:
+  """The loss-minimizing rate of a family's rungs '<family>_L<depth>_lr<rate>' is the same at
+  every depth: reproduces where it is, does not at this size where it moves by one step of
+  the rate grid (the grid cannot tell), contradicts where it moves further."""
+  family: str
+
+  def _best(self, stats: pd.DataFrame) -> dict[int, tuple[float, str]]:
+    """depth -> (best rate, its rung) over the family's rungs in stats."""
+    runs = collections.defaultdict(list)
+    for name in stats.index:
+      m = re.fullmatch(rf'{re.escape(self.family)}_L(\d+)_lr([\d.e+-]+)', name)
+      if m:
+        runs[int(m[1])].append((stats.loc[name, 'mean'], float(m[2]), name))
+    return {d: min(r)[1:] for d, r in sorted(runs.items()) if len(r) > 1}
+
+  def shown(self, stats: pd.DataFrame) -> list[str]:
+    best = self._best(stats)
+    return [name for _, name in best.values()] if len(best) > 1 else []
+
+  def decide(self, stats: pd.DataFrame) -> str:
+    rates = sorted({float(n.rsplit('_lr', 1)[1]) for n in stats.index if n.startswith(self.family + '_L')})
+    steps = [rates.index(rate) for rate, _ in self._best(stats).values()]
+    moved = max(steps) - min(steps)
+    return REPRODUCES if moved == 0 else NOT_AT_SIZE if moved == 1 else CONTRADICTS
+
+  def describe(self) -> str:
+    return (f'{self.family}: the best rate is the same at every depth (one grid step apart: '
+            'does not at this size; further: contradicts)')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,7 +125,7 @@ class Claim:
   claim: str
   reported: str
   experiment: str = ''
-  rule: Below | NotAbove | Reference | None = None
+  rule: Below | NotAbove | Reference | Transfers | None = None
   metric: str = LOSS  # what the rule compares: the final eval loss, or an analysis scalar
 
 
@@ -109,6 +147,7 @@ HYBRID = 'Zhuo et al. 2025 (HybridNorm)'
 SCALENORM = 'Nguyen & Salazar 2019'
 GROMOV = 'Gromov et al. 2024, arXiv 2403.17887'
 VALUE_RES = 'Zhou et al. 2024, arXiv 2410.17897; arXiv 2605.03953'
+TRANSFER = 'depth_mup_transfer'  # each family at 4 rates x 4 depths, one seed
 SURVEY = 'method_survey'  # experiments/method_survey.py: every method at its own best rate
 BEST = ', each at its best rate'
 C = Claim
@@ -191,14 +230,15 @@ CLAIMS: tuple[Claim, ...] = (
       'depth-weighted averages of past block outputs lower the loss' + BEST, NO_NUMBER, SURVEY,
       Below('denseformer', 'pre_ln')),
     C('depth-muP', 'Yang et al. 2023 (Tensor Programs VI)', 'the optimal learning rate transfers across depth',
-      NO_NUMBER),
+      NO_NUMBER, TRANSFER, Transfers('depth_mup')),
     C('depth-muP', 'Bordelon et al. 2023 (depthwise hyperparameter transfer)',
-      '1/sqrt(L) branch scaling makes the optimal rate transfer across depth', NO_NUMBER),
+      '1/sqrt(L) branch scaling makes the optimal rate transfer across depth', NO_NUMBER,
+      TRANSFER, Transfers('depth_mup')),
     C('Pre-LN', 'DepthBench 2026', 'at a fixed size, deep-narrow Pre-LN gains little or loses against wide-shallow',
       '10 architectures at fixed size; ' + NO_NUMBER, 'repro_width_depth_ladder',
       NotAbove('pre_ln_d128_L2', 'pre_ln_d32_L32')),
     C('CompleteP', 'Dey et al. 2025 (CompleteP)', 'alpha = 1 transfers hyperparameters across depth and trains deep models compute-efficiently',
-      NO_NUMBER),
+      NO_NUMBER, TRANSFER, Transfers('completep')),
     # every other method of docs/methods.md, measured by the survey
     C('Peri-LN', 'Kim et al. 2025 (Peri-LN)', 'Peri-LN balances variance growth and trains better than Pre-LN',
       'up to 3.2B params; ' + NO_NUMBER, SURVEY, Below('peri_ln', 'pre_ln')),
@@ -350,7 +390,8 @@ def variant_stats(res: Results, metric: str = LOSS) -> pd.DataFrame:
 
 def verdict(claim: Claim, stats: pd.DataFrame | None) -> str:
   """The claim's verdict from one ladder's variant_stats (None: not run)."""
-  if claim.rule is None or stats is None or not {claim.rule.a, claim.rule.b} <= set(stats.index):
+  shown = claim.rule.shown(stats) if claim.rule is not None and stats is not None else []
+  if not shown or not set(shown) <= set(stats.index):
     return NOT_MEASURED
   return claim.rule.decide(stats)
 
@@ -373,10 +414,11 @@ def evaluate(runs: dict[tuple[str, str], Results],
       row = {**base, 'measured_by': f'{c.experiment}:{size}' if size else c.experiment or '-',
              'size': '-', 'data': '-', 'tokens': '-', 'measured': '-', 'verdict': v}
       if v != NOT_MEASURED:
-        a = s.loc[c.rule.a]
+        shown = c.rule.shown(s)
+        a = s.loc[shown[0]]
         row.update(size=f'L{a.L} d{a.D}, {a.params:,} non-emb params', data=a.data,
                    tokens=f'{a.tokens:,} ({a.tokens / a.params:.2g}/param)',
-                   measured='; '.join(_measured(n, s.loc[n]) for n in (c.rule.a, c.rule.b)))
+                   measured='; '.join(_measured(n, s.loc[n]) for n in shown))
       rows.append(row)
   return pd.DataFrame(rows)
 
