@@ -52,7 +52,7 @@ def rows(res: Results) -> list[dict]:
   return out
 
 
-SWEEP_COLUMNS = (('variant', '{}'), ('lr', '{:g}'), ('rates', '{}'), ('seeds', '{}'),
+SWEEP_COLUMNS = (('variant', '{}'), ('lr', '{:g}'), ('rates', '{}'), ('edge', '{}'), ('seeds', '{}'),
                  ('mean', '{:.4f}'), ('low', '{:.4f}'), ('high', '{:.4f}'), ('rank', '{}'))
 
 

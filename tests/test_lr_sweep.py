@@ -95,6 +95,9 @@ def test_ranking_orders_only_separated_intervals():
   table = intervals.sweep_table(choices, summaries)
   assert list(table.variant) == ['a', 'b', 'c'] and list(table['rank']) == [1, 2, 2]
   assert list(table.seeds) == [3, 3, 3] and list(table.rates) == [2, 2, 2]
+  assert list(table.edge) == ['', '', '']  # rung names without rates: no grid to be at the edge of
+  grid = {'v_lr1e-3': 2.0, 'v_lr3e-3': 1.9, 'v_lr1e-2': None}  # a diverged rate is in the grid
+  assert [intervals._edge(r, grid) for r in (1e-3, 3e-3, 1e-2)] == ['lowest', '', 'highest']
   assert table.set_index('variant').lr.to_dict() == {'a': 1e-3, 'b': 3e-3, 'c': 1e-2}
   assert intervals.ranking(table) == ['a < b', 'a < c', 'b ~ c (tied)']
 
@@ -118,6 +121,6 @@ def test_sweep_runs_resumes_and_selects_rungs(tmp_path, capsys):
   assert again == rows[1:]
   sweep_table = results.load(ladder).sweep()
   assert sweep_table.to_dict('records') == [{
-      'variant': 'pre', 'lr': 1e-2, 'rates': 2, 'seeds': 1, 'mean': rows[1]['eval_loss'],
+      'variant': 'pre', 'lr': 1e-2, 'rates': 2, 'edge': 'lowest', 'seeds': 1, 'mean': rows[1]['eval_loss'],
       'low': pytest.approx(np.nan, nan_ok=True), 'high': pytest.approx(np.nan, nan_ok=True),
       'rank': 1}]

@@ -13,7 +13,7 @@ from scipy import stats
 
 LEVEL = 0.95  # interval coverage
 SEED_PART = re.compile(r'(_best)?_s\d+(?=_|$)')  # '_s<k>', or lr_sweep's stage-2 '_best_s<k>'
-COLUMNS = ['variant', 'lr', 'rates', 'seeds', 'mean', 'low', 'high', 'rank']
+COLUMNS = ['variant', 'lr', 'rates', 'edge', 'seeds', 'mean', 'low', 'high', 'rank']
 
 
 def variant(rung: str) -> str:
@@ -42,7 +42,8 @@ def order(a: tuple[float, float], b: tuple[float, float]) -> int:
 def sweep_table(choices: pd.DataFrame, summaries: pd.DataFrame,
                 level: float = LEVEL) -> pd.DataFrame:
   """One row per swept variant: variant, lr (its best rate), rates (stage-1 rates compared),
-  seeds (finished stage-2 rungs), mean, low, high (final eval loss, `level` Student-t
+  edge ('lowest' / 'highest' where the best rate is the grid's: the optimum may lie beyond
+  it; '' inside), seeds (finished stage-2 rungs), mean, low, high (final eval loss, `level` Student-t
   interval over the seeds), rank (1 + the variants whose interval lies wholly below). From
   Results.choices (the stage-2 rungs' best_lr.json) and Results.summaries."""
   loss = summaries.set_index('rung')['final_eval_loss'] if len(summaries) else pd.Series()
@@ -52,11 +53,21 @@ def sweep_table(choices: pd.DataFrame, summaries: pd.DataFrame,
     if seeds:
       mean, low, high = t_interval(seeds, level)
       rows.append({'variant': name, 'lr': g.lr.iloc[0], 'rates': len(g.losses.iloc[0]),
+                   'edge': _edge(g.lr.iloc[0], g.losses.iloc[0]),
                    'seeds': len(seeds), 'mean': mean, 'low': low, 'high': high})
   out = pd.DataFrame(rows, columns=COLUMNS[:-1])
   out['rank'] = [1 + sum(order((l2, h2), (l, h)) < 0 for l2, h2 in zip(out.low, out.high))
                  for l, h in zip(out.low, out.high)]
   return out.sort_values(['rank', 'mean'], ignore_index=True)
+
+
+def _edge(best: float, losses: dict) -> str:
+  """'lowest' / 'highest' if best is the lowest / highest rate of the stage-1 rungs
+  '<variant>_lr<rate>' in losses, else ''."""
+  rates = [float(name.rsplit('_lr', 1)[1]) for name in losses if '_lr' in name]
+  if len(rates) < 2:
+    return ''
+  return 'lowest' if best <= min(rates) else 'highest' if best >= max(rates) else ''
 
 
 def ranking(table: pd.DataFrame) -> list[str]:
