@@ -7,7 +7,9 @@ Run (arg = smoke | cpu; default cpu):
   python -m depthscale.claims --runs method_survey:cpu=runs/method_survey ...
 
 Ladder: one variant per method (VARIANTS: placements, norm functions, MLPs, inits, residual
-designs, recurrence, training dynamics, optimizers), each a change of the baseline `pre_ln`
+designs, recurrence, training dynamics, optimizers; one per row of docs/methods.md, so one
+of static / dynamic hyper-connections, of ResFormer / SVFormer / SATFormer, of the parallel
+blocks, of AttnRes / Block AttnRes and of the reference inits), each a change of the baseline `pre_ln`
 (Pre-LN, LayerNorm, GELU, standard residual, AdamW, normal init). ladder.lr_sweep: stage 1
 trains every variant at 4 log-spaced rates (1e-3, 3e-3, 1e-2, 3e-2; seed 0), stage 2 trains
 seeds 1..3 at the variant's best stage-1 rate. Data: python_docs (English prose, bytes), eval
@@ -16,7 +18,7 @@ tokens, ~1.5 per non-embedding parameter of the baseline), 10% warmup then cosin
 `pre_ln` and `lns` also run the end-of-run analyses (effective depth, skip-one-block).
 smoke: 3 variants, 2 rates, 1 seed, L 2, 20 steps.
 
-Runtime: cpu: 413 rungs (59 variants x 7) of about 30 s each on the 2-core machine with two
+Runtime: cpu: 364 rungs (52 variants x 7) of about 30 s each on the 2-core machine with two
 rungs training at once and other jobs running (load average ~5).
 Expected result: the rows of docs/claims.md measured by method_survey:cpu.
 
@@ -75,23 +77,16 @@ VARIANTS = {
     'taper_cosine': {'model.mlp_taper': 'cosine'},
     'taper_reverse': {'model.mlp_taper': 'reverse'},
     # inits (depthscale.model.parametrization.INITS)
-    'xavier': {'model.init': 'xavier'},
     'small_init': {'model.init': 'small_init'},
-    'depth_scaled': {'model.init': 'depth_scaled'},
     'deepscalelm': {'model.init': 'deepscalelm'},
     # residual-stream designs (depthscale.model.residual)
     'hyper_connections': {'model.residual': 'hyper_connections'},
-    'hyper_connections_static': {'model.residual': 'hyper_connections', 'model.hc_dynamic': False},
     'mhc': {'model.residual': 'mhc'},
     'denseformer': {'model.residual': 'denseformer'},
     'attn_res': {'model.residual': 'attn_res'},
-    'block_attn_res': {'model.residual': 'block_attn_res', 'model.attn_res_blocks': 4},
     'laurel': {'model.residual': 'laurel', 'model.laurel': 'rw_lr'},
     'resformer': {'model.value_residual': 'resformer'},
-    'svformer': {'model.value_residual': 'svformer'},
-    'satformer': {'model.value_residual': 'satformer'},
     'parallel_gptj': {'model.parallel_block': 'gptj'},
-    'parallel_neox': {'model.parallel_block': 'neox'},
     'moda': {'model.moda': True},
     # depth by recurrence: 2 shared blocks looped 4 times (effective depth 8)
     'loop': {'model.loops': 4},
