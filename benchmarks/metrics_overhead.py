@@ -6,8 +6,8 @@
 Per depth, with the trainer's compiled programs (`Plan.compile`): the median plain and
 instrumented (logging) step, their ratio (target: instrumented <= 1.10 x plain), that the
 plain step lowers to the same program whether or not metrics are configured, and the
-analysis at the default `metrics.analysis_layers` (also compiled at LLVM level 1, 'light', and 0,
-'fast') and
+analysis at the default `metrics.analysis_layers` (also compiled as 'light' and 'fast': LLVM
+level 1 and 0 with XLA's loop emitters, ops.REDUCED_LEVEL_OPTIONS) and
 with every layer (0, up to --full_max_layers): compile time (the train steps' too, in
 --json), run time, run time in plain steps, and its share of a run of --steps steps at the
 default cadence (`metrics.analysis_every`, plus the last step): share = analyses x analysis

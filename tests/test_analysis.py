@@ -343,12 +343,16 @@ def test_analysis_layers_out_of_range_is_a_one_line_config_error(bad):
 
 @pytest.mark.parametrize('mode', ['light', 'fast'])
 def test_light_and_fast_compiled_analyses_give_the_optimized_numbers(analysed, mode):
-  """metrics.analysis_compile='light' or 'fast' (CPU: LLVM level 1 or 0) compiles the same
-  function: every metric equals the default program's (which the tests above check in float64)."""
+  """metrics.analysis_compile='light' or 'fast' (CPU: LLVM level 1 or 0, XLA's loop emitters)
+  compiles the same function: every metric equals the default program's (which the tests above
+  check in float64)."""
   cfg, model, init, params, batch, layers, scalars = analysed
   level = ops.CPU_OPT_LEVELS[mode]
-  assert ops.compiler_options('cpu', opt_level=level)['xla_backend_optimization_level'] == level
-  assert 'xla_backend_optimization_level' not in (ops.compiler_options('cpu') or {})
+  reduced = ops.compiler_options('cpu', opt_level=level)
+  assert reduced['xla_backend_optimization_level'] == level
+  assert reduced['xla_cpu_use_fusion_emitters'] is False
+  assert not {'xla_backend_optimization_level', 'xla_cpu_use_fusion_emitters'} & set(
+      ops.compiler_options('cpu') or {})
   assert ops.compiler_options('tpu', opt_level=level) is None
   plan = sharding.make_plan(cfg, model, make_optimizer(cfg), init_state)
   other, other_scalars = analysis.Analyzer(model, plan, init['blocks'], batch, 2, 0,
@@ -360,9 +364,9 @@ def test_light_and_fast_compiled_analyses_give_the_optimized_numbers(analysed, m
 
 
 def test_auto_compile_is_fast_when_a_runs_analyses_total_few_flops_else_light():
-  """'auto': fast iff (analyses in the run) x (one analysis's forward FLOPs) <= 2e9, else
-  light; the FLOPs counted by hand here: L=3 blocks of N/3 parameters, 2 probe passes, K=3
-  skip passes, V=256."""
+  """'auto': fast iff (analyses in the run) x (one analysis's forward FLOPs) <=
+  FAST_COMPILE_FLOPS, else light; the FLOPs counted by hand here: L=3 blocks of N/3
+  parameters, 2 probe passes, K=3 skip passes, V=256."""
   cfg = tiny_config(**{'train.steps': 10, 'metrics.analysis_every': 4})  # steps 0, 4, 8, 9
   m, t, rows = cfg.model, cfg.data.seq_len, cfg.metrics.analysis_batch_size
   n = 1000
@@ -370,7 +374,9 @@ def test_auto_compile_is_fast_when_a_runs_analyses_total_few_flops_else_light():
   assert m.num_layers == 3 and m.vocab_size == 256
   assert analysis.analysis_flops(cfg, n) == by_hand
   assert analysis.compile_mode(cfg, n) == 'fast'
-  assert analysis.compile_mode(cfg, int(2e9 / (4 * rows * t * 10))) == 'light'  # 4 runs > 2e9
+  at_bound = int(analysis.FAST_COMPILE_FLOPS / (4 * rows * t * 10))  # 4 runs just above it
+  assert analysis.compile_mode(cfg, at_bound) == 'light'
+  assert analysis.compile_mode(cfg, at_bound // 2) == 'fast'
   for mode in ('optimized', 'light', 'fast'):
     cfg.metrics.analysis_compile = mode
     assert analysis.compile_mode(cfg, n) == mode

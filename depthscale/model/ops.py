@@ -147,6 +147,11 @@ def platform_of(devices=None) -> str:
 # time and ran as fast, level 0 ~2x less and ran ~1.4-4.3x slower (benchmarks/NOTES.md,
 # periodic analyses).
 CPU_OPT_LEVELS = {'optimized': None, 'light': 1, 'fast': 0}
+# ...and at a reduced level XLA's classic loop emitters instead of its fusion emitters (as the
+# tests' FAST_COMPILE): the same IEEE operations; the analysis compiled ~2x faster at level 0
+# and 5-20% faster at level 1 with them, and ran as fast; at the default level they compiled
+# slower (benchmarks/NOTES.md, the analysis program's compile, round 3).
+REDUCED_LEVEL_OPTIONS = {'xla_cpu_use_fusion_emitters': False}
 
 
 def _x86() -> bool:
@@ -165,10 +170,12 @@ def compiler_options(target: str, devices: int = 1, opt_level: int | None = None
   """Per-compile XLA options for a program compiled for platform `target` over `devices`
   devices (None: XLA's defaults); the CPU options only for a CPU target on an x86 host:
   CPU_OPTION_SETS[cpu_set] where onednn_allowed, else the cacheable ones. opt_level: a CPU
-  program's LLVM optimization level (CPU_OPT_LEVELS; None: XLA's default)."""
+  program's LLVM optimization level (CPU_OPT_LEVELS; None: XLA's default), with
+  REDUCED_LEVEL_OPTIONS where set."""
   if target != 'cpu':
     return None
-  extra = {} if opt_level is None else {'xla_backend_optimization_level': opt_level}
+  extra = {} if opt_level is None else {'xla_backend_optimization_level': opt_level,
+                                        **REDUCED_LEVEL_OPTIONS}
   if not _x86():
     return extra or None
   allowed = onednn_allowed(target, devices)

@@ -46,11 +46,12 @@ from depthscale.training.sharding import Plan
 from depthscale.training.steps import weighted_loss
 
 # metrics.analysis_compile='auto' compiles the analysis at LLVM level 0 ('fast') when a run's
-# analyses total at most this many FLOPs, else at level 1 ('light'; ops.CPU_OPT_LEVELS): at
-# level 0 an L32 d32 analysis ran up to ~3.7e-10 s per FLOP slower on a 2-core host, so < 1 s
-# of extra run time against the ~1 s of compile it saves over level 1 (benchmarks/NOTES.md,
-# periodic analyses).
-FAST_COMPILE_FLOPS = 2e9
+# analyses total at most this many FLOPs, else at level 1 ('light'; ops.CPU_OPT_LEVELS): with
+# XLA's loop emitters (ops.REDUCED_LEVEL_OPTIONS) level 0 compiled 1.0-2.5 s faster than level
+# 1 and ran 5e-11 to 1.2e-10 s per FLOP slower (2-core host, L2-L256 at d32-d64): up to this
+# bound each measured shape's extra run time stayed within the compile it saved
+# (benchmarks/NOTES.md, the analysis program's compile, round 3).
+FAST_COMPILE_FLOPS = 1e10
 PROBE_PASSES = 2  # whole-model block passes of the probe scan: the forward (shared with the jvp)
 #                   and the jvp's transposed backward
 KL_THRESHOLD = 0.5  # tau of ED_KL (the "What affects" table uses 0.5)
