@@ -34,6 +34,13 @@ def small_config():
   return c
 
 
+# Paper sizes train on a real tokenizer's corpus (`python -m depthscale.data.prepare
+# --tokenizer=...`, then data.source='array_record:DIR/train-*.array_record').
+LLAMA_VOCAB = 32_000  # the SentencePiece models of LLaMA / Llama-2 and T5: 32,000 pieces
+GPT2_VOCAB = 50_304  # GPT-2's 50,257 BPE tokens padded to a multiple of 128
+LLAMA_BLOCK = {'norm': 'rmsnorm', 'mlp': 'swiglu', 'position': 'rope'}  # LLaMA's block
+
+
 def study_config(arg: str | None, *, seq_len: int, batch: int, steps: int, log_every: int,
                  analyses: bool = False, **model):
   """default_config() with the recipe every notebook ladder (experiments/repro_*.py) shares:

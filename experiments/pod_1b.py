@@ -33,14 +33,14 @@ GPU dry run on 2 h100-8 nodes: not every rung fits (peak 77.5 GiB of 71.2 GiB us
 cuDNN's fused attention); estimated step 0.241 s (roofline estimate, not measured).
 """
 
-from depthscale.experiment import study_config
+from depthscale.experiment import GPT2_VOCAB, study_config
 
 
 def get_config(arg: str | None = None):
   del arg
   c = study_config('paper', seq_len=2048, batch=256, steps=20000, log_every=100,
                    num_layers=16, d_model=2048, num_heads=32, num_kv_heads=8, d_ff=8192,
-                   vocab_size=50304, mlp='swiglu', norm='rmsnorm', dtype='bfloat16')
+                   vocab_size=GPT2_VOCAB, mlp='swiglu', norm='rmsnorm', dtype='bfloat16')
   c.train.eval_every = c.train.checkpoint_every = 1000
   c.mesh.data, c.mesh.fsdp = 1, -1
   return c

@@ -21,26 +21,53 @@ cpu-text (measured, seed 0, ~5 min per rung at load ~17): Pre-LN act_var last / 
 block 18.5 at init, 3.2 trained; update ratio last 4 / block 2 0.32; skip cost first
 quarter 0.46 nats, last half 0.021. LNS 1.65 trained; eval loss Pre-LN 2.47, LNS 2.33
 nats per byte.
+Paper size: the LLaMA-350M shape of the GaLore-derived code the LNS, Mix-LN and ProRes
+repositories share (24 layers, d 1024, 16 heads, SwiGLU width 2736 as ProRes'
+configs/llama_350m.json; RMSNorm eps 1e-6 as the LNS and Mix-LN code; RoPE; vocabulary
+32,000), T 256. The LNS recipe, from its code (lmsdss/LayerNorm-Scaling torchrun_main.py and
+run_130m.sh; the paper's tables were not read): C4 (`allenai/c4`, en) tokenized with T5's
+SentencePiece model (32,000 pieces), T 256, Adam at lr 1e-3 without weight decay or
+clipping, 2,000 warmup steps then cosine to 10%, 512 sequences x 20,000 steps (2.6B tokens)
+for the 130M model; the larger sizes' token counts are not known from what was read (the
+spec gives lr 5e-4 and 1,000 warmup steps for 1B). This size: 256 sequences x 20,000 steps
+(1.3B tokens), lr 1e-3, 2,000 warmup steps then cosine to 10%, AdamW with the optim default
+weight decay 0.1. Data: a C4 dump tokenized with T5's spiece.model (supplied by the user),
+then
+  python -m depthscale.data.prepare --input='c4/en/c4-train.*.json.gz' --output=data/c4-t5 \
+      --tokenizer=PATH/spiece.model --workers=8
+  python -m depthscale.main --config=experiments/repro_curse_of_depth.py:paper \
+      --workdir=runs/curse_of_depth_paper --config.data.source='array_record:data/c4-t5/train-*.array_record'
+(without data.source the paper size trains on the synthetic mix).
 Paper size on TPU (`--dry_run --topology=v5p-8`, recorded in
-experiments/dryrun/repro_curse_of_depth.paper.v5p-8.json): v5p-8 is the smallest v5p slice.
-TPU dry run on v5p-8: every rung fits (peak 37.9 GiB of 88.5 GiB per chip); estimated step
-0.104-0.115 s (roofline estimate, not measured).
+experiments/dryrun/repro_curse_of_depth.paper.v5p-8.json): v5p-8 is the smallest v5p slice;
+335.2M parameters per rung (32.8M of them the embedding), 4-way data parallel, MFU estimate
+42-54%.
+TPU dry run on v5p-8: every rung fits (peak 56.7 GiB of 88.5 GiB per chip); estimated step
+0.137-0.176 s (roofline estimate, not measured).
 On H100 nodes (`--dry_run --topology=h100-8`, recorded in
 experiments/dryrun/repro_curse_of_depth.paper.h100-8x1.json): one node holds the ladder,
 8-way data parallel; model.dtype=float32, so XLA's attention runs (cuDNN fuses bf16 / f16).
-GPU dry run on 1 h100-8 node: every rung fits (peak 25.8 GiB of 71.2 GiB usable per GPU;
-XLA's attention); estimated step 0.0562-0.068 s (roofline estimate, not measured).
+For the Pre-LN and LNS rungs XLA-GPU (jax 0.10.2) finds no Triton tile sizes for the fused
+SwiGLU input projection in the 2-layer cost probe; those probes are compiled with cuBLAS
+matmuls (dryrun.PROBE_FALLBACK), whose FLOPs XLA's cost model does not count, nor, it seems,
+their bytes (125.0 GB per GPU per step against 287.5 GB for the Mix-LN rung, whose probes
+compiled with Triton's GEMMs), so their estimates (0.0373 s) are too low.
+GPU dry run on 1 h100-8 node: every rung fits (peak 34.4 GiB of 71.2 GiB usable per GPU;
+XLA's attention); estimated step 0.0373-0.0858 s (roofline estimate, not measured).
 """
 
 from depthscale.ladder import Rung, cross
-from depthscale.experiment import study_config
+from depthscale.experiment import LLAMA_BLOCK, LLAMA_VOCAB, study_config
 
 # name -> (L, D, heads, seq_len, batch, steps, seeds, log_every)
 SIZES = {
     'smoke': (8, 32, 1, 32, 8, 60, 1, 20),
     'cpu': (16, 64, 2, 64, 16, 300, 3, 50),
-    'paper': (24, 1024, 16, 256, 256, 20000, 1, 500),  # ~LLaMA-250M shape (the paper's 2nd size)
+    'paper': (24, 1024, 16, 256, 256, 20000, 1, 500),  # the LLaMA-350M shape
 }
+# the paper size's LLaMA block: the SwiGLU width of the LLaMA-350M config (ProRes'
+# configs/llama_350m.json), RMSNorm eps 1e-6 as in the LNS and Mix-LN code
+PAPER_MODEL = {**LLAMA_BLOCK, 'd_ff': 2736, 'norm_eps': 1e-6, 'vocab_size': LLAMA_VOCAB}
 VARIANTS = {
     'pre_ln': {'model.block': 'pre_ln'},
     'lns': {'model.block': 'pre_ln', 'model.ln_scaling': True},
@@ -60,7 +87,8 @@ def get_config(arg: str | None = None):
   num_layers, d_model, heads, seq_len, batch, steps, _, log_every = SIZES[size]
   c = study_config(size, seq_len=seq_len, batch=batch, steps=steps, log_every=log_every,
                    analyses=True,  # skip-layer, logit-lens and effective-depth analyses
-                   num_layers=num_layers, d_model=d_model, num_heads=heads)
+                   num_layers=num_layers, d_model=d_model, num_heads=heads,
+                   **(PAPER_MODEL if size == 'paper' else {}))
   c.model.init_std = 0.02  # the authors' init (no depth-scaled init with LNS)
   c.optim.lr = 1e-3 if size == 'paper' else 3e-3
   if (arg or '').endswith(TEXT):

@@ -14,31 +14,53 @@ about LayerDrop's loss: the undertraining control);
 LayerSkip brings the early layers' logit-lens predictions closer to the final ones (and,
 at the smoke size, closer than its control layerskip_no_exit: the same layer dropout
 without the early-exit loss).
-Paper size on TPU (`--dry_run --topology=v5p-16`, recorded in
-experiments/dryrun/repro_training_dynamics.paper.v5p-16.json): v5p-16 is the smallest v5p
-slice that holds the ladder. On v5p-8 the TPU compiler refuses the layerskip rung (114.8 GB
-of temporaries against 95.7 GB of HBM per chip; `model.remat=nothing_saveable` would fit
-it at a peak of 24.5 GiB); 302.4M parameters per rung, 8-way data parallel.
-TPU dry run on v5p-16: every rung fits (peak 63.7 GiB of 88.5 GiB per chip); estimated step
-0.2 s (roofline estimate, not measured).
+Paper size: ProRes' LLaMA-350M (configs/llama_350m.json of dandingsky/ProRes: 24 layers,
+d 1024, 16 heads, SwiGLU width 2736, RMSNorm eps 1e-5, RoPE, vocabulary 32,000), T 1024.
+ProRes' recipe, from its code (torchrun_main.py, scripts/run_350m.sh): C4 (`allenai/c4`,
+en) tokenized with Llama-2's SentencePiece tokenizer, 512 sequences x 100,000 steps (52.4B
+tokens), AdamW (0.9, 0.95) at lr 1e-3, weight decay 0.1, clip 1.0, 2,000 warmup steps then
+WSD, ProRes warmup 24,000 steps. LayerDrop's and LayerSkip's corpora and recipes are not
+known from what was read. This size: 256 sequences x 20,000 steps (5.2B tokens), lr 3e-3
+(the optim default), 2,000 warmup steps then cosine to 10%, ProRes over 10,000 steps. Data:
+a C4 dump tokenized with Llama-2's tokenizer.model (supplied by the user), then
+  python -m depthscale.data.prepare --input='c4/en/c4-train.*.json.gz' --output=data/c4-llama2 \
+      --tokenizer=PATH/tokenizer.model --workers=8
+  python -m depthscale.main --config=experiments/repro_training_dynamics.py:paper \
+      --workdir=runs/training_dynamics_paper \
+      --config.data.source='array_record:data/c4-llama2/train-*.array_record'
+(without data.source the paper size trains on the synthetic mix).
+Paper size on TPU (`--dry_run --topology=v5p-32`, recorded in
+experiments/dryrun/repro_training_dynamics.paper.v5p-32.json): v5p-32 is the smallest v5p
+slice that holds the ladder as configured, 16-way data parallel; on v5p-16 (32 sequences per
+chip) the Pre-LN rung's peak is 98.3 GiB (`model.remat=nothing_saveable` would fit it at
+14.8 GiB); 335.2M parameters per rung (32.8M of them the embedding).
+MFU estimate 60%. TPU dry run on v5p-32: every rung fits (peak 52.3 GiB of 88.5 GiB per
+chip); estimated step 0.137 s (roofline estimate, not measured).
 On H100 nodes (`--dry_run --topology=h100-8 --num_nodes=4`, recorded in
-experiments/dryrun/repro_training_dynamics.paper.h100-8x4.json): four nodes are the fewest
-that hold the ladder as configured, 32-way data parallel; on two nodes (16 sequences per
-GPU) the Pre-LN rung's peak is 79.5 GiB (`model.remat=nothing_saveable` would fit it at
-10.0 GiB). model.dtype=float32, so XLA's attention runs (cuDNN fuses bf16 / f16).
-GPU dry run on 4 h100-8 nodes: every rung fits (peak 42.4 GiB of 71.2 GiB usable per GPU;
-XLA's attention); estimated step 0.0908 s (roofline estimate, not measured).
+experiments/dryrun/repro_training_dynamics.paper.h100-8x4.json): four nodes hold the ladder,
+32-way data parallel (8 sequences per GPU); fewer nodes were not compiled for this model (with
+the byte vocabulary and a GELU MLP, two nodes did not hold the Pre-LN rung: 79.5 GiB).
+model.dtype=float32, so XLA's attention runs (cuDNN fuses bf16 / f16). XLA-GPU (jax 0.10.2)
+finds no Triton tile sizes for the fused SwiGLU input projection in the 2-layer cost probe
+(f32[5472,8192]); the probes are compiled with cuBLAS matmuls (dryrun.PROBE_FALLBACK), whose
+FLOPs XLA's cost model does not count, so the estimate uses the analytic FLOPs; it is likely
+too low, since the bytes XLA counts then seem to leave out the matmuls' as well (see
+repro_curse_of_depth.py).
+GPU dry run on 4 h100-8 nodes: every rung fits (peak 50.4 GiB of 71.2 GiB usable per GPU;
+XLA's attention); estimated step 0.0546 s (roofline estimate, not measured).
 """
 
 from depthscale.ladder import Rung, cross
-from depthscale.experiment import study_config
+from depthscale.experiment import LLAMA_BLOCK, LLAMA_VOCAB, study_config
 
 # name -> (L, D, heads, seq_len, batch, steps, seeds, log_every)
 SIZES = {
     'smoke': (6, 32, 1, 32, 8, 60, 1, 5),
     'cpu': (8, 64, 2, 64, 16, 300, 3, 10),
-    'paper': (24, 1024, 16, 1024, 256, 20000, 1, 200),
+    'paper': (24, 1024, 16, 1024, 256, 20000, 1, 200),  # ProRes' LLaMA-350M shape
 }
+# the paper size's LLaMA block: ProRes' configs/llama_350m.json (SwiGLU width, RMSNorm eps)
+PAPER_MODEL = {**LLAMA_BLOCK, 'd_ff': 2736, 'norm_eps': 1e-5, 'vocab_size': LLAMA_VOCAB}
 
 
 def variants(arg: str | None) -> dict[str, dict]:
@@ -60,7 +82,8 @@ def get_config(arg: str | None = None):
   num_layers, d_model, heads, seq_len, batch, steps, _, log_every = SIZES[arg or 'cpu']
   return study_config(arg, seq_len=seq_len, batch=batch, steps=steps, log_every=log_every,
                       analyses=True,  # the skip-layer and logit-lens analyses
-                      num_layers=num_layers, d_model=d_model, num_heads=heads)
+                      num_layers=num_layers, d_model=d_model, num_heads=heads,
+                      **(PAPER_MODEL if arg == 'paper' else {}))
 
 
 def get_ladder(arg: str | None = None):

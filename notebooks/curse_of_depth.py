@@ -34,9 +34,10 @@
 # pruning figures).
 #
 # **Full-size configuration.** The papers train LLaMA-style models on C4 (130M-1B for LNS,
-# 70M-7B for Mix-LN), lr 1e-3, cosine schedule. Here `SIZE = 'paper'` selects a ~250M
-# LLaMA-shaped ladder (L 24, d 1024, seq 256, batch 256, 20k steps); point it at real text
-# with `--config.data.source=text:GLOB` on an accelerator. The default `cpu` size (L 16,
+# 70M-7B for Mix-LN), lr 1e-3, cosine schedule. Here `SIZE = 'paper'` selects the
+# LLaMA-350M model (L 24, d 1024, RMSNorm, SwiGLU, RoPE, T5's 32,000-token vocabulary; seq
+# 256, batch 256, 20k steps); experiments/repro_curse_of_depth.py gives the `prepare` command
+# that tokenizes C4 for it. The default `cpu` size (L 16,
 # d 64, 300 steps, 3 seeds) runs on a laptop CPU; `DEPTHSCALE_SMOKE=1` shrinks it for CI.
 #
 # **What this notebook asserts** (the mechanism, with margins far outside the seed

@@ -32,8 +32,10 @@
 # (TOPv2).
 #
 # **Full-size configuration.** The papers pre-train LLaMA-style models (ProRes: 130M-1.3B
-# on C4; LayerSkip: Llama 2 / 3 continual pre-training). `SIZE = 'paper'` selects L 24,
-# d 1024, seq 1024, batch 256, 20k steps (use `--config.data.source=text:GLOB`). The
+# on C4; LayerSkip: Llama 2 / 3 continual pre-training). `SIZE = 'paper'` selects ProRes'
+# LLaMA-350M (L 24, d 1024, RMSNorm, SwiGLU, RoPE, Llama-2's 32,000-token vocabulary; seq
+# 1024, batch 256, 20k steps; experiments/repro_training_dynamics.py gives the `prepare`
+# command that tokenizes C4 for it). The
 # default `cpu` size is L 8, d 64, 300 steps, 3 seeds; `DEPTHSCALE_SMOKE=1` shrinks it.
 #
 # **What this notebook asserts.** Early in the ProRes warmup the deepest block's update

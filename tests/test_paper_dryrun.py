@@ -2,8 +2,9 @@
 TPU dry run and one on the fewest H100 nodes that hold it (experiments/dryrun/*.json, written
 by --dry_run --topology [--num_nodes] --dry_run_json [--config.SECTION.FIELD=VALUE ...]),
 each record is of the ladder as it is now with the config flags the record names (rung
-names, parameter counts), and the experiment's docstring and every doc that names the
-record state its result."""
+names, parameter counts), the paper sizes are the papers' models (a tokenizer's vocabulary;
+LLaMA's block where the paper trains LLaMA models), and the experiment's docstring and every
+doc that names the record state its result."""
 
 import glob
 import json
@@ -11,7 +12,7 @@ import os
 
 import pytest
 
-from depthscale.experiment import load_module, resolve, split_arg
+from depthscale.experiment import LLAMA_VOCAB, load_module, resolve, split_arg
 from depthscale.training import dryrun
 from tests.helpers import param_count
 
@@ -30,6 +31,8 @@ def _words(text: str) -> str:
 
 
 REPROS = sorted(glob.glob(os.path.join(ROOT, 'experiments', 'repro_*.py')))
+BYTE_VOCAB = 256  # the byte tokens of the smoke and cpu sizes
+LLAMA_STYLE = ('repro_curse_of_depth', 'repro_training_dynamics')  # papers that train LLaMA models
 
 
 def test_every_paper_ladder_has_a_record():
@@ -79,3 +82,35 @@ def test_docs_naming_a_record_state_its_result():
   assert {('README.md', pod_recipe), ('docs/scaling.md', pod_recipe)} <= set(named)
   assert {('docs/scaling.md', f'experiments/dryrun/pod_1b.h100-8x{n}.json')
           for n in (1, 2)} <= set(named)
+
+
+def _embedding_params(cfg) -> int:
+  """Parameters outside the non-embedding count: token embedding, learned positions, head."""
+  m = cfg.model
+  rows = m.vocab_size * (1 if m.tie_embeddings else 2)
+  return (rows + (cfg.data.seq_len if m.position == 'learned' else 0)) * m.d_model
+
+
+@pytest.mark.parametrize('path', RECORDS, ids=os.path.basename)
+def test_every_record_is_of_its_ladders_vocabulary(path):
+  """Each record was compiled with the vocabulary its ladder has now: its embedding parameters
+  are those of that vocabulary (and of learned positions where the ladder has them)."""
+  record = _record(path)
+  resolved = resolve(os.path.join(ROOT, record['config']), record.get('overrides'))
+  for (rung, cfg), report in zip(resolved, record['rungs']):
+    assert report['params'] - report['non_embedding_params'] == _embedding_params(cfg), rung.name
+
+
+@pytest.mark.parametrize('name', LLAMA_STYLE)
+def test_llama_papers_paper_size_is_a_llama_model(name):
+  """A paper that trains LLaMA models gets RMSNorm, SwiGLU, RoPE and LLaMA's vocabulary at its
+  paper size, recorded on TPU and on H100 (records of the current ladder: the tests above);
+  its cpu size keeps the byte vocabulary."""
+  config = f'experiments/{name}.py:paper'
+  for _, cfg in resolve(os.path.join(ROOT, config)):
+    m = cfg.model
+    assert (m.norm, m.mlp, m.position, m.vocab_size) == ('rmsnorm', 'swiglu', 'rope', LLAMA_VOCAB)
+  platforms = sorted('num_nodes' in r for r in map(_record, RECORDS) if r['config'] == config)
+  assert platforms == [False, True], f'{config}: wants one TPU and one H100 record'
+  assert all(cfg.model.vocab_size == BYTE_VOCAB
+             for _, cfg in resolve(os.path.join(ROOT, f'experiments/{name}.py:cpu')))
