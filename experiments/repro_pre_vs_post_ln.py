@@ -15,22 +15,35 @@ eval loss 3.72 +- 0.02 (not a NaN; the unigram entropy is 4.39) while Pre-LN rea
 DeepNorm (3.72); Keel trains (2.37), Mix-LN partly (3.20). Grad norm at init, last / first
 block: Post-LN 1.08 +- 0.19, Pre-LN 0.23 +- 0.03; after training Post-LN's first block
 gets ~1e-7 of its last block's gradient.
+Paper size: a Transformer-base-shaped decoder (6 layers, d 512, 8 heads, T 256; deep_paper:
+1,000 layers) with GPT-2's 50,257-token BPE vocabulary padded to 50,304. Xiong et al. train
+Transformer-base on IWSLT14 De-En and WMT14 En-De and BERT-base, Adam at lr up to 1e-3 with
+and without a 4,000-step warmup (notebooks/pre_vs_post_ln.py; the abstract names translation
+and BERT only); their vocabularies and token counts are not known from what was read, so
+GPT-2's BPE stands in as a real tokenizer's vocabulary (not the paper's). This size: Xavier
+init, lr 3e-3 constant without warmup (the setting whose Post-LN failure the paper explains),
+256 sequences x 100,000 steps (6.6B tokens). Data: a corpus tokenized with GPT-2's
+tokenizer.json (supplied by the user):
+  python -m depthscale.data.prepare --input='CORPUS/*.jsonl' --output=data/corpus-gpt2 \
+      --tokenizer=PATH/tokenizer.json --workers=8
+then `--config.data.source='array_record:data/corpus-gpt2/train-*.array_record'` (without it
+the paper size trains on the synthetic mix).
 Paper size on TPU (`--dry_run --topology=v5p-8`, recorded in
 experiments/dryrun/repro_pre_vs_post_ln.paper.v5p-8.json): v5p-8 is the smallest v5p slice;
-19.0M parameters per rung, 4-way data parallel, MFU estimate 23-32% (a small model: the step is
-bound by HBM traffic, 38-52 GB per chip).
-TPU dry run on v5p-8: every rung fits (peak 6.2 GiB of 88.5 GiB per chip); estimated step
-0.0139-0.0189 s (roofline estimate, not measured).
+44.6-44.7M parameters per rung (25.8M of them the embedding), 4-way data parallel, MFU
+estimate 42-52% (a small model: the step is bound by HBM traffic, 52-65 GB per chip).
+TPU dry run on v5p-8: every rung fits (peak 10.8 GiB of 88.5 GiB per chip); estimated step
+0.0189-0.0236 s (roofline estimate, not measured).
 On H100 nodes (`--dry_run --topology=h100-8`, recorded in
 experiments/dryrun/repro_pre_vs_post_ln.paper.h100-8x1.json): one node holds the ladder,
-8-way data parallel, MFU estimate 13-16% (bound by HBM traffic, 22-26 GB per GPU);
+8-way data parallel, MFU estimate 17-19% (bound by HBM traffic, 41-45 GB per GPU);
 model.dtype=float32, so XLA's attention runs (cuDNN fuses bf16 / f16).
-GPU dry run on 1 h100-8 node: every rung fits (peak 3.4 GiB of 71.2 GiB usable per GPU; XLA's
-attention); estimated step 0.00653-0.00771 s (roofline estimate, not measured).
+GPU dry run on 1 h100-8 node: every rung fits (peak 6.7 GiB of 71.2 GiB usable per GPU; XLA's
+attention); estimated step 0.0122-0.0133 s (roofline estimate, not measured).
 """
 
 from depthscale.ladder import Rung, cross
-from depthscale.experiment import study_config
+from depthscale.experiment import GPT2_VOCAB, study_config
 
 # name -> (L, D, heads, seq_len, batch, steps, seeds, log_every)
 SIZES = {
@@ -59,6 +72,8 @@ def get_config(arg: str | None = None):
   num_layers, d_model, heads, seq_len, batch, steps, _, log_every = SIZES[arg or 'cpu']
   c = study_config(arg, seq_len=seq_len, batch=batch, steps=steps, log_every=log_every,
                    num_layers=num_layers, d_model=d_model, num_heads=heads)
+  if (arg or '').endswith('paper'):  # paper and deep_paper
+    c.model.vocab_size = GPT2_VOCAB
   if (arg or '').startswith('deep'):  # GPT-style init (DeepNorm brings its own), lr 1e-3
     c.optim.lr = 1e-3
     return c

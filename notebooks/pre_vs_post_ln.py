@@ -35,8 +35,9 @@
 #
 # **Full-size configuration.** Xiong et al.: Transformer-base on IWSLT14 De-En / WMT14
 # En-De and BERT-base pre-training, Adam, lr up to 1e-3 (Pre-LN) with and without a
-# 4,000-step warmup. Here `SIZE = 'paper'` selects a 6-layer d 512 decoder, 100k steps,
-# batch 256; point it at a text corpus with `--config.data.source=text:GLOB`. The default
+# 4,000-step warmup. Here `SIZE = 'paper'` selects a 6-layer d 512 decoder with GPT-2's
+# vocabulary, 100k steps, batch 256; experiments/repro_pre_vs_post_ln.py gives the `prepare`
+# command for a corpus. The default
 # `cpu` size is L 12, d 64, Xavier init (`model.init='xavier'`), lr 3e-3 constant, no
 # warmup, 200 steps, 3 seeds; `DEPTHSCALE_SMOKE=1` runs one seed at a smaller batch.
 #
