@@ -18,7 +18,7 @@ Expected result (measured, cpu, 3 seeds at each best rate, final eval loss, 95% 
 interval): Pre-LN 2.79 [2.38, 3.21] at lr 1e-2, DeepNorm 2.81 [2.63, 2.99] at 3e-3, Mix-LN
 2.95 [2.83, 3.07] at 3e-3, Post-LN 3.13 [2.86, 3.40] at 3e-3: no placement stalls at its
 own rate and every pair of intervals overlaps, so no ranking is stated at this size
-(docs/claims.md). The seed spread (Pre-LN 2.61-2.95) is larger than the placement gaps.
+(experiments/method_survey.py measures the same claims at L 8 for docs/claims.md). The seed spread (Pre-LN 2.61-2.95) is larger than the placement gaps.
 """
 
 from depthscale.experiment import study_config
