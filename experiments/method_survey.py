@@ -7,20 +7,33 @@ Run (arg = smoke | cpu; default cpu):
   python -m depthscale.claims --runs method_survey:cpu=runs/method_survey ...
 
 Ladder: one variant per method (VARIANTS: placements, norm functions, MLPs, inits, residual
-designs, recurrence, training dynamics, optimizers; one per row of docs/methods.md, so one
-of static / dynamic hyper-connections, of ResFormer / SVFormer / SATFormer, of the parallel
-blocks, of AttnRes / Block AttnRes and of the reference inits), each a change of the baseline `pre_ln`
-(Pre-LN, LayerNorm, GELU, standard residual, AdamW, normal init). ladder.lr_sweep: stage 1
-trains every variant at 4 log-spaced rates (1e-3, 3e-3, 1e-2, 3e-2; seed 0), stage 2 trains
-seeds 1..3 at the variant's best stage-1 rate. Data: python_docs (English prose, bytes), eval
-on 8 held-out batches. Size cpu: L 8, d 32, 2 heads, T 64, batch 8, 300 steps (153,600
-tokens, ~1.5 per non-embedding parameter of the baseline), 10% warmup then cosine decay;
-`pre_ln` and `lns` also run the end-of-run analyses (effective depth, skip-one-block).
+designs, recurrence, training dynamics, optimizers; one per row of docs/methods.md, so one of
+static / dynamic hyper-connections, of ResFormer / SVFormer / SATFormer, of the parallel
+blocks, of AttnRes / Block AttnRes and of the reference inits), each a change of the baseline
+`pre_ln` (Pre-LN, LayerNorm, GELU, standard residual, AdamW, normal init). ladder.lr_sweep:
+stage 1 trains every variant at 4 log-spaced rates (1e-3, 3e-3, 1e-2, 3e-2; seed 0), stage 2
+trains seeds 1..3 at the variant's best stage-1 rate. Data: python_docs (English prose,
+bytes), eval on 8 held-out batches. Size cpu: L 8, d 32, 2 heads, T 64, batch 8, 300 steps
+(153,600 tokens, ~1.5 per non-embedding parameter of the baseline), 10% warmup then cosine
+decay; `pre_ln` and `lns` also run the end-of-run analyses (effective depth, skip-one-block).
 smoke: 3 variants, 2 rates, 1 seed, L 2, 20 steps.
 
-Runtime: cpu: 364 rungs (52 variants x 7) of about 30 s each on the 2-core machine with two
-rungs training at once and other jobs running (load average ~5).
-Expected result: the rows of docs/claims.md measured by method_survey:cpu.
+Runtime: cpu: 364 rungs (52 variants x 7), 30-75 s each on the 2-core machine with two rungs
+training at once and other jobs running (load average 4.1-8.9, mean 6.9); 38 variants (266
+rungs) finished in 2 h 17 min. The other 14 (loop, relaxed_loop, moda, layerskip, qk_slow,
+llr, scalenorm, fixnorm, bhyt, seednorm, taper_cosine, taper_reverse, small_init, deepscalelm)
+are not run yet: the same command resumes the ladder.
+Expected result (measured, cpu, 38 variants, final eval loss, mean and 95% Student-t interval
+over 3 seeds at each best rate; the rows of docs/claims.md): baseline Pre-LN 2.94 [2.56, 3.32]
+at 3e-2. Below its interval: Muon 2.10 [2.06, 2.13], OSP 2.15 [2.04, 2.26], nGPT 2.28 [2.18,
+2.38] and SimpleNorm 2.30 [2.24, 2.36], all at 3e-2. Without norms, ReLU 2.40 [2.23, 2.57]
+beats GELU 2.78 [2.73, 2.83]. Post-LN's best rate is the grid's lowest, 1e-3, with warmup 3.11
+[3.03, 3.19] and without 3.09 [3.02, 3.16] (warmup changes nothing at its best rate). DeepNorm
+2.82 [2.46, 3.17], Mix-LN 2.91 [2.65, 3.17] and LNS 2.72 [2.57, 2.87] overlap Pre-LN. DyT and
+Derf end at 3.25-3.31 at every rate (3.24 and 3.23 over the seeds). LNS does not deepen the
+model here: effective_depth/skip is 1 on all 3 seeds, against Pre-LN's 1.7 [0.2, 3.1]. Several
+best rates are a grid edge (sweep table column `edge`), so those variants' optima may lie
+outside the grid.
 
 Not here: the parametrizations (muP, depth-muP, CompleteP), whose claim is a transfer of
 the best rate across width or depth (experiments/depth_mup_transfer.py), and the procedures
