@@ -389,13 +389,14 @@ def evaluate(runs: dict[tuple[str, str], Results],
   none: method, paper, claim, reported, measured_by (experiment:size), rule, size, data,
   tokens, measured (mean [interval] per variant), verdict. runs: (experiment, size) -> its
   loaded ladder."""
-  rows = []
+  rows, cache = [], {}  # (run, metric) -> its variant_stats, computed once
   for c in table:
     rule = c.rule.describe() if c.rule else 'no experiment measures it yet'
     base = {'method': c.method, 'paper': c.paper, 'claim': c.claim, 'reported': c.reported,
             'rule': rule if c.metric == LOSS else f'{c.metric}: {rule}'}
-    found = [(size, variant_stats(res, c.metric)) for (exp, size), res in runs.items()
-             if exp == c.experiment]
+    for key in [k for k in runs if k[0] == c.experiment and (k, c.metric) not in cache]:
+      cache[key, c.metric] = variant_stats(runs[key], c.metric)
+    found = [(size, cache[(exp, size), c.metric]) for exp, size in runs if exp == c.experiment]
     for size, s in found or [('', None)]:
       v = verdict(c, s)
       row = {**base, 'measured_by': f'{c.experiment}:{size}' if size else c.experiment or '-',
