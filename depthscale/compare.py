@@ -52,20 +52,23 @@ def rows(res: Results) -> list[dict]:
   return out
 
 
+PAIRWISE_MAX = 6  # variants up to which every pair's order is listed (15 pairs)
 SWEEP_COLUMNS = (('variant', '{}'), ('lr', '{:g}'), ('rates', '{}'), ('edge', '{}'), ('seeds', '{}'),
                  ('mean', '{:.4f}'), ('low', '{:.4f}'), ('high', '{:.4f}'), ('rank', '{}'))
 
 
 def sweep_view(res: Results) -> str:
   """Text of a learning-rate sweep: per variant its best rate, seeds, mean final eval loss
-  and interval, rank; then the pairwise ranking. '' for a ladder without a sweep."""
+  and interval, rank; then the pairwise ranking where there are at most PAIRWISE_MAX
+  variants (the rank column says the same for more). '' for a ladder without a sweep."""
   sweep = res.sweep()
   if sweep.empty:
     return ''
   head = (f'learning-rate sweep: each variant at its best rate, final eval loss over seeds '
           f'({intervals.LEVEL:.0%} Student-t interval; ranked only where intervals separate):')
-  return '\n'.join([head, table(sweep.to_dict('records'), SWEEP_COLUMNS),
-                    'ranking: ' + '; '.join(intervals.ranking(sweep) or ['one variant'])])
+  pairs = (intervals.ranking(sweep) or ['one variant'] if len(sweep) <= PAIRWISE_MAX else
+           [f'{len(sweep)} variants: each one\'s rank is 1 + the variants whose interval lies wholly below its own'])
+  return '\n'.join([head, table(sweep.to_dict('records'), SWEEP_COLUMNS), 'ranking: ' + '; '.join(pairs)])
 
 
 def tensorboard_images(logdir: str, pngs: list[str]) -> str:

@@ -4,13 +4,14 @@ results: best-rate selection, Student-t intervals and the separated-interval ran
 import json
 import math
 import os
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
 import pytest
 from scipy import stats
 
-from depthscale import experiment, results, sweep
+from depthscale import compare, experiment, results, sweep
 from depthscale.errors import ConfigError
 from depthscale.ladder import lr_name, lr_sweep
 from depthscale.results import intervals
@@ -100,6 +101,18 @@ def test_ranking_orders_only_separated_intervals():
   assert [intervals._edge(r, grid) for r in (1e-3, 3e-3, 1e-2)] == ['lowest', '', 'highest']
   assert table.set_index('variant').lr.to_dict() == {'a': 1e-3, 'b': 3e-3, 'c': 1e-2}
   assert intervals.ranking(table) == ['a < b', 'a < c', 'b ~ c (tied)']
+
+
+def test_sweep_view_lists_every_pair_only_for_a_few_variants():
+  def view(n: int) -> str:
+    rows = [{'variant': f'v{i}', 'lr': 1e-3, 'rates': 4, 'edge': '', 'seeds': 3, 'mean': 2.0 + i,
+             'low': 1.9 + i, 'high': 2.1 + i, 'rank': i + 1} for i in range(n)]
+    return compare.sweep_view(SimpleNamespace(sweep=lambda: pd.DataFrame(rows)))
+  few = view(compare.PAIRWISE_MAX).splitlines()[-1]
+  assert few.startswith('ranking: v0 < v1; v0 < v2') and few.count(' < ') == 15
+  many = view(compare.PAIRWISE_MAX + 1).splitlines()[-1]
+  assert many == ('ranking: 7 variants: each one\'s rank is 1 + the variants whose interval '
+                  'lies wholly below its own')
 
 
 def test_sweep_runs_resumes_and_selects_rungs(tmp_path, capsys):
