@@ -18,22 +18,25 @@ bytes), eval on 8 held-out batches. Size cpu: L 8, d 32, 2 heads, T 64, batch 8,
 decay; `pre_ln` and `lns` also run the end-of-run analyses (effective depth, skip-one-block).
 smoke: 3 variants, 2 rates, 1 seed, L 2, 20 steps.
 
-Runtime: cpu: 364 rungs (52 variants x 7), 30-75 s each on the 2-core machine with two rungs
-training at once and other jobs running (load average 4.1-8.9, mean 6.9); 38 variants (266
-rungs) finished in 2 h 17 min. The other 14 (loop, relaxed_loop, moda, layerskip, qk_slow,
-llr, scalenorm, fixnorm, bhyt, seednorm, taper_cosine, taper_reverse, small_init, deepscalelm)
-are not run yet: the same command resumes the ladder.
-Expected result (measured, cpu, 38 variants, final eval loss, mean and 95% Student-t interval
-over 3 seeds at each best rate; the rows of docs/claims.md): baseline Pre-LN 2.94 [2.56, 3.32]
-at 3e-2. Below its interval: Muon 2.10 [2.06, 2.13], OSP 2.15 [2.04, 2.26], nGPT 2.28 [2.18,
-2.38] and SimpleNorm 2.30 [2.24, 2.36], all at 3e-2. Without norms, ReLU 2.40 [2.23, 2.57]
-beats GELU 2.78 [2.73, 2.83]. Post-LN's best rate is the grid's lowest, 1e-3, with warmup 3.11
-[3.03, 3.19] and without 3.09 [3.02, 3.16] (warmup changes nothing at its best rate). DeepNorm
-2.82 [2.46, 3.17], Mix-LN 2.91 [2.65, 3.17] and LNS 2.72 [2.57, 2.87] overlap Pre-LN. DyT and
-Derf end at 3.25-3.31 at every rate (3.24 and 3.23 over the seeds). LNS does not deepen the
-model here: effective_depth/skip is 1 on all 3 seeds, against Pre-LN's 1.7 [0.2, 3.1]. Several
-best rates are a grid edge (sweep table column `edge`), so those variants' optima may lie
-outside the grid.
+Runtime: cpu: 364 rungs (52 variants x 7), 27-130 s each on the 2-core machine with two
+rungs training at once and other jobs running: 38 variants (266 rungs) in 2 h 17 min at load
+average 4.1-8.9 (mean 6.9), the other 14 (98 rungs) in 61 min at load 2.6-10.2 (mean 8.7).
+Expected result (measured, cpu, all 52 variants, final eval loss, mean and 95% Student-t
+interval over 3 seeds at each best rate; the rows of docs/claims.md): baseline Pre-LN 2.94
+[2.56, 3.32] at 3e-2. Wholly below its interval: Muon 2.10 [2.06, 2.13], OSP 2.15 [2.04,
+2.26], DeepScaleLM's init 2.20 [2.16, 2.24], FixNorm 2.24 [2.15, 2.32], nGPT 2.28 [2.18,
+2.38], SimpleNorm 2.30 [2.24, 2.36] (all at 3e-2) and small init 2.31 [2.07, 2.56] at 1e-2.
+ScaleNorm without FixNorm's unit-norm embeddings ends at 2.74 [2.63, 2.84]. Without norms,
+ReLU 2.40 [2.23, 2.57] beats GELU 2.78 [2.73, 2.83]. Post-LN's best rate is the grid's
+lowest, 1e-3, with warmup 3.11 [3.03, 3.19] and without 3.09 [3.02, 3.16] (warmup changes
+nothing at its best rate). DeepNorm 2.82 [2.46, 3.17], Mix-LN 2.91 [2.65, 3.17] and LNS 2.72
+[2.57, 2.87] overlap Pre-LN. DyT and Derf end at 3.25-3.31 at every rate (3.24 and 3.23 over
+the seeds). Looping 2 shared blocks 4 times ends at 3.14 [2.81, 3.48], relaxed with rank-4
+LoRA at 3.04 [2.97, 3.12] (best at the grid's lowest rate). Peri-LN and Sandwich-LN are one
+placement here (docs/methods.md) and end identically, 3.09 [2.86, 3.33]. LNS does not deepen
+the model here: effective_depth/skip is 1 on all 3 seeds, against Pre-LN's 1.7 [0.2, 3.1].
+Several best rates are a grid edge (sweep table column `edge`), so those variants' optima may
+lie outside the grid.
 
 Not here: the parametrizations (muP, depth-muP, CompleteP), whose claim is a transfer of
 the best rate across width or depth (experiments/depth_mup_transfer.py), and the procedures

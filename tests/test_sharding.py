@@ -13,6 +13,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -23,7 +24,7 @@ from depthscale.training import distributed, sharding
 from tests.helpers import ROOT, fake_cpu_env
 
 # Loaded 2-core CI machines can starve a device thread past XLA's 40 s rendezvous limit.
-SLOW_RENDEZVOUS = ('--xla_cpu_collective_call_terminate_timeout_seconds=600 '
+SLOW_RENDEZVOUS = ('--xla_cpu_collective_call_terminate_timeout_seconds=300 '
                    '--xla_cpu_collective_call_warn_stuck_timeout_seconds=120')
 RTOL = 1e-5
 # Logs of whole rungs: float32 reductions in another order; differences of losses
@@ -51,20 +52,39 @@ def _worker(*args: str, devices: int, env: dict | None = None) -> subprocess.Pop
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-def _results(procs: list[subprocess.Popen], timeout: float) -> list[dict]:
-  outs = [p.communicate(timeout=timeout)[0] for p in procs]
+def _outputs(procs: list[subprocess.Popen], timeout: float) -> list[str]:
+  return [p.communicate(timeout=timeout)[0] for p in procs]
+
+
+def _results(procs: list[subprocess.Popen], outs: list[str]) -> list[dict]:
   for p, out in zip(procs, outs):
     assert p.returncode == 0, out[-5000:]
   return [_result(out) | {'output': out} for out in outs]
 
 
+def _lost_rendezvous(procs: list[subprocess.Popen], outs: list[str]) -> bool:
+  """XLA's CPU runtime aborted a worker because fake devices stopped meeting at a collective.
+
+  Seen once in many suite runs: of 4 device threads, 3 waited at an all-gather that the fourth
+  had already passed (it waited at a later all-reduce of the same program), as if one device
+  had joined a finished rendezvous of the same key. That is a race in the fake-device runtime
+  (a program's collectives are one SPMD sequence for every device), not a divergence of ours."""
+  return any(p.returncode != 0 and 'Termination timeout for' in out for p, out in zip(procs, outs))
+
+
 @pytest.fixture(scope='module')
 def cases(tmp_path_factory):
-  """All 8-device cases, and the default-metrics rung on one device alongside."""
-  workdir = tmp_path_factory.mktemp('sharding')
-  procs = [_worker('cases', str(workdir / 'cases'), devices=8),
-           _worker('reference', str(workdir / 'reference'), devices=1)]
-  result, reference = _results(procs, CASES_TIMEOUT)
+  """All 8-device cases, and the default-metrics rung on one device alongside; run once more
+  (in fresh directories) if XLA's runtime lost a rendezvous of the fake devices."""
+  for attempt in (1, 2):
+    workdir = tmp_path_factory.mktemp('sharding')
+    procs = [_worker('cases', str(workdir / 'cases'), devices=8),
+             _worker('reference', str(workdir / 'reference'), devices=1)]
+    outs = _outputs(procs, CASES_TIMEOUT)
+    if attempt == 2 or not _lost_rendezvous(procs, outs):
+      break
+    warnings.warn('XLA lost a rendezvous of the fake devices; the cases run once more')
+  result, reference = _results(procs, outs)
   assert reference['devices'] == 1
   return {**result, 'metrics_reference': reference}
 
@@ -157,9 +177,10 @@ def _free_port() -> int:
 
 def _processes(workdir: str, sigterm_at: dict[int, int], env: dict) -> list[dict]:
   address = f'127.0.0.1:{_free_port()}'
-  return _results([_worker('process', workdir, address, '2', str(i),
-                           *([str(sigterm_at[i])] if i in sigterm_at else []), devices=2,
-                           env=env) for i in range(2)], PROCESS_TIMEOUT)
+  procs = [_worker('process', workdir, address, '2', str(i),
+                   *([str(sigterm_at[i])] if i in sigterm_at else []), devices=2, env=env)
+           for i in range(2)]
+  return _results(procs, _outputs(procs, PROCESS_TIMEOUT))
 
 
 def _scratch(root) -> dict:
