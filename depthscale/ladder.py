@@ -7,7 +7,10 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+import re
 from typing import Any
+
+SEED = re.compile(r'_s(\d+)(?=_|$)')  # a rung name's seed part: '<variant>_s<k>[_<shape>]'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,6 +60,13 @@ def budget_sweep(budget: int, depths: list[int], *, head_dim: int = 32,
                       {'budget': budget, 'achieved': achieved,
                        'relative_error': achieved / budget - 1}))
   return rungs
+
+
+def split_seed(name: str) -> tuple[str, int | None]:
+  """'<variant>_s<k>[_<shape>]' -> (variant, k), seed and shape dropped; a name without a
+  seed part -> (name, None)."""
+  m = SEED.search(name)
+  return (name[:m.start()], int(m[1])) if m else (name, None)
 
 
 def cross(variants: dict[str, dict[str, Any]], rungs: list[Rung]) -> list[Rung]:

@@ -22,6 +22,7 @@ GPU dry run on 2 h100-8 nodes: every rung fits (peak 65.2 GiB of 71.2 GiB usable
 XLA's attention); estimated step 0.12-0.123 s (roofline estimate, not measured).
 """
 
+from depthscale.natural_text import TextSizes
 from depthscale.ladder import Rung, cross
 from depthscale.experiment import study_config
 
@@ -43,3 +44,10 @@ def get_config(arg: str | None = None):
 def get_ladder(arg: str | None = None):
   seeds = SIZES[arg or 'cpu'][6]
   return cross(NORMS, [Rung(f's{s}', {'train.seed': s}) for s in range(seeds)])
+
+
+# `smoke-text`, `cpu-text`: seed 0 on the built-in python_docs corpus (English prose, byte
+# tokens), evaluated at every quarter of the steps (depthscale.natural_text); smoke-text:
+# DyT only. cpu-text trains 307,200 tokens: 0.78 tokens per non-embedding parameter.
+TEXT = TextSizes({'smoke': ('dyt',), 'cpu': tuple(NORMS)})
+get_config, get_ladder = TEXT.offer(get_config, get_ladder)

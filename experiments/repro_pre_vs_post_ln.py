@@ -3,8 +3,13 @@ a large learning rate and no warmup, Post-LN stalls while Pre-LN trains; gradien
 profiles at init differ by norm placement. Backs notebooks/pre_vs_post_ln.py.
 
 Run (arg = smoke | cpu | paper, or deep_smoke | deep_cpu | deep_paper for the very deep,
-tiny-width ladder of every placement; default cpu):
+tiny-width ladder of every placement, or smoke-text | cpu-text; default cpu):
   python -m depthscale.main --config=experiments/repro_pre_vs_post_ln.py:cpu --workdir=runs/pre_vs_post_ln
+
+`smoke-text` and `cpu-text` train seed 0 of every variant (smoke-text: Pre-LN only)
+on the built-in `python_docs` corpus (English prose, byte tokens) instead of the synthetic
+mix, evaluated at every quarter of the steps (depthscale.natural_text). cpu-text trains
+204,800 tokens: 0.34-0.35 tokens per non-embedding parameter.
 
 Runtime: cpu: 18 rungs (L12 d64, 200 steps) + 6 deep rungs (deep_cpu, L256 d16): the whole
 notebook took 43 min on the 2-core machine with two other notebooks running. smoke: 2 rungs
@@ -44,6 +49,7 @@ attention); estimated step 0.0122-0.0133 s (roofline estimate, not measured).
 
 from depthscale.ladder import Rung, cross
 from depthscale.experiment import GPT2_VOCAB, study_config
+from depthscale.natural_text import TextSizes
 
 # name -> (L, D, heads, seq_len, batch, steps, seeds, log_every)
 SIZES = {
@@ -89,3 +95,8 @@ def get_ladder(arg: str | None = None):
     names = DEEP[:2] if arg == 'deep_smoke' else DEEP
     return cross({n: {'model.block': n} for n in names}, seeds)
   return cross(PLACEMENTS if arg == 'smoke' else {**PLACEMENTS, **FIXES}, seeds)
+
+
+# `<size>-text` (see the top): seed 0, every variant (smoke: Pre-LN)
+TEXT = TextSizes({'smoke': ('pre_ln',), 'cpu': tuple({**PLACEMENTS, **FIXES})})
+get_config, get_ladder = TEXT.offer(get_config, get_ladder)

@@ -2,8 +2,14 @@
 warmup, deeper blocks later), LayerDrop (random block skipping) and LayerSkip (depth-
 increasing layer dropout plus an early-exit loss). Backs notebooks/training_dynamics.py.
 
-Run (arg = smoke | cpu | paper; default cpu):
+Run (arg = smoke | cpu | paper | smoke-text | cpu-text; default cpu):
   python -m depthscale.main --config=experiments/repro_training_dynamics.py:cpu --workdir=runs/training_dynamics
+
+`smoke-text` and `cpu-text` train seed 0 of Pre-LN, ProRes, LayerDrop and LayerSkip
+(smoke-text: ProRes only) on the built-in `python_docs` corpus (English prose, byte
+tokens) instead of the synthetic mix, evaluated at every quarter of the steps
+(depthscale.natural_text). cpu-text trains 307,200 tokens: 0.78 tokens per non-embedding
+parameter.
 
 Runtime: see notebooks/training_dynamics.py and the README (cpu: 6 variants x 3 seeds,
 L8 d64, 300 steps).
@@ -52,6 +58,7 @@ XLA's attention); estimated step 0.0546 s (roofline estimate, not measured).
 
 from depthscale.ladder import Rung, cross
 from depthscale.experiment import LLAMA_BLOCK, LLAMA_VOCAB, study_config
+from depthscale.natural_text import TextSizes
 
 # name -> (L, D, heads, seq_len, batch, steps, seeds, log_every)
 SIZES = {
@@ -89,3 +96,8 @@ def get_config(arg: str | None = None):
 def get_ladder(arg: str | None = None):
   seeds = SIZES[arg or 'cpu'][6]
   return cross(variants(arg), [Rung(f's{s}', {'train.seed': s}) for s in range(seeds)])
+
+
+# `<size>-text` (see the top): seed 0, the methods without the controls
+TEXT = TextSizes({'smoke': ('prores',), 'cpu': ('pre_ln', 'prores', 'layerdrop', 'layerskip')})
+get_config, get_ladder = TEXT.offer(get_config, get_ladder)

@@ -37,6 +37,7 @@ XLA's attention); estimated step 0.0258-0.127 s (roofline estimate, not measured
 
 import dataclasses
 
+from depthscale.natural_text import TextSizes
 from depthscale.ladder import Rung, budget_sweep, cross
 from depthscale.experiment import study_config
 
@@ -77,3 +78,11 @@ def get_ladder(arg: str | None = None):
     shapes_for_designs = shapes
   return (cross(BASELINE, cross({f's{s}': {'train.seed': s} for s in range(seeds)}, shapes))
           + [_remat_deep_hc(r) for r in cross(DESIGNS, cross({'s0': {}}, shapes_for_designs))])
+
+
+# `smoke-text`, `cpu-text`: Pre-LN at every shape (smoke-text: d128 L2 only), seed 0, on the
+# built-in python_docs corpus (English prose, byte tokens), evaluated at every quarter of
+# the steps (depthscale.natural_text). cpu-text trains 307,200 tokens: 0.77-0.78 tokens per
+# non-embedding parameter.
+TEXT = TextSizes({'smoke': ('pre_ln_d128_L2',), 'cpu': ('pre_ln',)})
+get_config, get_ladder = TEXT.offer(get_config, get_ladder)

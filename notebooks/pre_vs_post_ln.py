@@ -48,7 +48,8 @@
 # magnitude below its last block's. Where the plateau sits relative to the unigram
 # entropy is reported. Loss rankings of the fixes are reported, not asserted; the
 # notebook's rows of the claims table (docs/claims.md) get the verdicts expected at the
-# size it ran.
+# size it ran. On natural text (section 7) the ranking at 50% and 100% of the steps is
+# reported.
 #
 # **Measured at the `cpu` size (3 seeds; 43 min with two other notebooks running).** Eval
 # loss without warmup: Post-LN 3.72 +- 0.02 (unigram entropy 4.39), Pre-LN 2.48 +- 0.09;
@@ -176,10 +177,6 @@ print('mechanism assertions passed')
 # %%
 from depthscale.results import claims
 
-verdicts = claims.evaluate({('repro_pre_vs_post_ln', SIZE): res})
-ours = verdicts[verdicts.measured_by == f'repro_pre_vs_post_ln:{SIZE}'].set_index('claim')
-print(ours[['measured', 'verdict']].to_string())
-measured = ours.verdict[ours.verdict != claims.NOT_MEASURED].to_dict()
 EXPECTED = {
     'smoke': {'without warmup at a large rate Post-LN trains far worse than Pre-LN': claims.NOT_AT_SIZE},
     'cpu': {'without warmup at a large rate Post-LN trains far worse than Pre-LN': claims.REPRODUCES,
@@ -188,5 +185,15 @@ EXPECTED = {
             'Keel improves perplexity over Pre-LN': claims.NOT_AT_SIZE,
             'Mix-LN outperforms Post-LN': claims.REPRODUCES},
 }
-assert measured == EXPECTED.get(SIZE, measured), f'verdicts at {SIZE}: {measured}'
-print('claims verdicts as expected at', SIZE)
+verdicts = notebook.claims_rows('repro_pre_vs_post_ln', SIZE, res, EXPECTED)
+
+# %% [markdown]
+# ## 7. On natural text: `python_docs`
+# Seed 0 of every variant (smoke: Pre-LN only) trained on the English prose that
+# ships with Python (byte tokens; `repro_pre_vs_post_ln.py:{SIZE}-text`), same shapes and
+# recipe as above, with an eval at every quarter of the steps: each variant's eval loss and
+# its ranking at 50% and at 100% of the steps. Reported, not asserted.
+
+# %%
+text_rows, text_res, text_groups, text_rank = notebook.natural_text_run(
+    '../experiments/repro_pre_vs_post_ln.py', SIZE, OUT)

@@ -20,11 +20,12 @@ RULES = (claims.Claim('m', 'p', 'a beats b', 'n/a', 'exp', claims.Below('a', 'b'
          claims.Claim('m', 'p', 'a beside b', 'n/a', 'exp', claims.Reference('a', 'b')))
 
 
-def ladder(path, losses: dict[str, list[float]]):
-  """A ladder directory of finished rungs '<variant>_s<k>' with the given final eval losses."""
+def ladder(path, losses: dict[str, list[float]], name=lambda v, k: f'{v}_s{k}'):
+  """A ladder directory of finished rungs name(variant, k) ('<variant>_s<k>') with the given
+  final eval losses."""
   for v, values in losses.items():
     for k, loss in enumerate(values):
-      d = path / f'{v}_s{k}'
+      d = path / name(v, k)
       os.makedirs(d)
       (d / 'config.json').write_text(json.dumps({
           'model': {'num_layers': 2, 'd_model': 16}, 'data': {'seq_len': 16, 'source': 'grammar'},
@@ -80,6 +81,29 @@ def test_transfer_rule_compares_the_best_rate_across_depth(tmp_path, best_at_l8,
   assert row.verdict == verdict
   if best_at_l8:
     assert row.measured == f'fam_L2_lr0.01 2.000 (1 seed, lr 0.001); fam_L8_lr{best_at_l8:g} 2.000 (1 seed, lr 0.001)'
+
+
+def test_transfer_rows_read_the_rung_names_of_repro_depth_transfer(tmp_path):
+  module = experiment.load_module(os.path.join(ROOT, 'experiments', 'repro_depth_transfer.py'))
+  rungs = experiment.rungs_of(module, 'cpu')
+  losses = {r.name: [3.0 - (r.overrides['optim.lr'] == 1e-2)] for r in rungs}  # best at 1e-2 at every depth
+  table = claims.evaluate({('repro_depth_transfer', 'cpu'): ladder(tmp_path, losses, lambda v, k: v)})
+  ours = table[table.measured_by == 'repro_depth_transfer:cpu']
+  assert len(ours) == 3 and set(ours.verdict) == {claims.REPRODUCES}
+  assert ours.measured.iloc[0].startswith('depth_mup_L2_lr0.01 2.000 (1 seed')
+
+
+def test_a_notebook_asserts_its_rows_at_the_size_it_ran(tmp_path, capsys):
+  from depthscale.results import notebook
+  res = ladder(tmp_path, {'pre_ln': [2.0, 2.01, 2.02], 'post_ln': [3.5, 3.51, 3.52]})
+  xiong = 'without warmup at a large rate Post-LN trains far worse than Pre-LN'
+  measured = notebook.claims_rows('repro_pre_vs_post_ln', 'tiny', res, {'tiny': {xiong: claims.REPRODUCES}})
+  assert measured == {xiong: claims.REPRODUCES}  # its other rows name variants this ladder lacks
+  assert 'claims verdicts as expected at tiny' in capsys.readouterr().out
+  with pytest.raises(AssertionError, match='verdicts at tiny'):
+    notebook.claims_rows('repro_pre_vs_post_ln', 'tiny', res, {'tiny': {xiong: claims.NOT_AT_SIZE}})
+  assert notebook.claims_rows('repro_pre_vs_post_ln', 'tiny', res, {'smoke': {}}) == measured
+  assert "no verdicts recorded for size 'tiny' (recorded: smoke)" in capsys.readouterr().out
 
 
 def test_command_writes_the_table(tmp_path, capsys):

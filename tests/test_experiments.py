@@ -7,7 +7,9 @@ import os
 import jax
 import pytest
 
-from depthscale import experiment
+from depthscale import experiment, ladder, natural_text
+from depthscale.errors import ConfigError
+from depthscale.results import intervals
 from depthscale.model.transformer import make_model
 from depthscale.training.optim import make_optimizer
 from depthscale.training.steps import init_state
@@ -55,3 +57,37 @@ def test_overrides_apply_in_order():
   path = os.path.join(ROOT, 'experiments', 'quickstart.py')
   (rung, cfg), = experiment.resolve(path, {'model.num_layers': 5}, rung='post_ln_L8')
   assert rung.name == 'post_ln_L8' and cfg.model.block == 'post_ln' and cfg.model.num_layers == 5
+
+
+TEXT_FILES = [f for f in FILES if hasattr(experiment.load_module(f), 'TEXT')]
+
+
+@pytest.mark.parametrize('path', TEXT_FILES, ids=os.path.basename)
+def test_text_sizes_train_the_named_variants_on_python_docs(path):
+  """'<size>-text' is <size>'s ladder cut to TEXT's variants at seed 0, on python_docs with
+  an eval every quarter of the steps; the file states cpu-text's tokens per parameter."""
+  module = experiment.load_module(path)
+  for size, variants in module.TEXT.variants.items():
+    synthetic = {r.name: cfg.to_dict() for r, cfg in experiment.resolve(f'{path}:{size}', check_machine=False)}
+    text = experiment.resolve(f'{path}:{size}{natural_text.SUFFIX}')
+    named = lambda n: ladder.split_seed(n)[0] in variants or intervals.variant(n) in variants
+    assert [r.name for r, _ in text] == [n for n in synthetic if named(n) and ladder.split_seed(n)[1] == 0]
+    assert all(any(v in (ladder.split_seed(r.name)[0], intervals.variant(r.name)) for r, _ in text)
+               for v in variants)
+    for r, cfg in text:
+      assert cfg.data.source == 'python_docs' and cfg.train.eval_every == cfg.train.steps // 4
+      same = cfg.to_dict()
+      same['data']['source'], same['train']['eval_every'] = (synthetic[r.name]['data']['source'],
+                                                             synthetic[r.name]['train']['eval_every'])
+      assert same == synthetic[r.name]
+  ratios = sorted(natural_text.tokens_per_param(c) for _, c in experiment.resolve(f'{path}:cpu-text'))
+  stated = '-'.join(dict.fromkeys(f'{x:.2g}' for x in (ratios[0], ratios[-1])))
+  words = ' '.join(open(path).read().replace('\n#', '\n').split())  # docstring or comment, unwrapped
+  assert f'{stated} tokens per non-embedding parameter' in words
+
+
+def test_a_text_size_not_offered_is_refused():
+  cod = os.path.join(ROOT, 'experiments', 'repro_curse_of_depth.py')
+  with pytest.raises(ConfigError, match=r"'paper-text' is invalid: allowed natural-text sizes smoke-text, cpu-text"):
+    experiment.resolve(f'{cod}:paper-text')
+  assert ladder.split_seed('pre_ln_s12_d64_L8') == ('pre_ln', 12) and ladder.split_seed('L8') == ('L8', None)

@@ -147,7 +147,9 @@ HYBRID = 'Zhuo et al. 2025 (HybridNorm)'
 SCALENORM = 'Nguyen & Salazar 2019'
 GROMOV = 'Gromov et al. 2024, arXiv 2403.17887'
 VALUE_RES = 'Zhou et al. 2024, arXiv 2410.17897; arXiv 2605.03953'
-TRANSFER = 'depth_mup_transfer'  # each family at 4 rates x 4 depths, one seed
+# each family at 4 rates x 4 depths, one seed (repro_depth_transfer: its cpu size; its smoke
+# size has one depth and one rate, so nothing is measured there)
+TRANSFERS = ('depth_mup_transfer', 'repro_depth_transfer')
 SURVEY = 'method_survey'  # experiments/method_survey.py: every method at its own best rate
 BEST = ', each at its best rate'
 C = Claim
@@ -224,16 +226,16 @@ CLAIMS: tuple[Claim, ...] = (
     C('DenseFormer (DWA)', DENSEFORMER,
       'depth-weighted averages of past block outputs lower the loss' + BEST, NO_NUMBER, SURVEY,
       Below('denseformer', 'pre_ln')),
-    C('depth-muP', 'Yang et al. 2023 (Tensor Programs VI)', 'the optimal learning rate transfers across depth',
-      NO_NUMBER, TRANSFER, Transfers('depth_mup')),
-    C('depth-muP', 'Bordelon et al. 2023 (depthwise hyperparameter transfer)',
-      '1/sqrt(L) branch scaling makes the optimal rate transfer across depth', NO_NUMBER,
-      TRANSFER, Transfers('depth_mup')),
+    *(C('depth-muP', 'Yang et al. 2023 (Tensor Programs VI)', 'the optimal learning rate transfers across depth',
+        NO_NUMBER, e, Transfers('depth_mup')) for e in TRANSFERS),
+    *(C('depth-muP', 'Bordelon et al. 2023 (depthwise hyperparameter transfer)',
+        '1/sqrt(L) branch scaling makes the optimal rate transfer across depth', NO_NUMBER,
+        e, Transfers('depth_mup')) for e in TRANSFERS),
     C('Pre-LN', 'DepthBench 2026', 'at a fixed size, deep-narrow Pre-LN gains little or loses against wide-shallow',
       '10 architectures at fixed size; ' + NO_NUMBER, 'repro_width_depth_ladder',
       NotAbove('pre_ln_d128_L2', 'pre_ln_d32_L32')),
-    C('CompleteP', 'Dey et al. 2025 (CompleteP)', 'alpha = 1 transfers hyperparameters across depth and trains deep models compute-efficiently',
-      NO_NUMBER, TRANSFER, Transfers('completep')),
+    *(C('CompleteP', 'Dey et al. 2025 (CompleteP)', 'alpha = 1 transfers hyperparameters across depth and trains deep models compute-efficiently',
+        NO_NUMBER, e, Transfers('completep')) for e in TRANSFERS),
     # every other method of docs/methods.md, measured by the survey
     C('Peri-LN', 'Kim et al. 2025 (Peri-LN)', 'Peri-LN balances variance growth and trains better than Pre-LN',
       'up to 3.2B params; ' + NO_NUMBER, SURVEY, Below('peri_ln', 'pre_ln')),

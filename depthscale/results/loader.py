@@ -7,7 +7,7 @@ import pandas as pd
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from depthscale import storage, sweep
-from depthscale.results import intervals, scaling
+from depthscale.results import intervals, rankings, scaling
 from depthscale.results.fits import Fit
 from depthscale.results.flops import ISOFLOP_TOLERANCE
 
@@ -60,6 +60,12 @@ class Results:
     """Per variant of a learning-rate sweep: its best rate, seeds, mean final eval loss with
     a Student-t interval, and rank (intervals.sweep_table); empty without a sweep."""
     return intervals.sweep_table(self.choices, self.summaries, level)
+
+  def ranking(self, fractions: tuple[float, ...] = rankings.FRACTIONS) -> rankings.Ranking:
+    """The finished rungs' variants ranked by mean eval loss over seeds at the eval logged
+    nearest to each fraction of the steps (default 50% and 100%): .table, .orders, .stable
+    (the same order at every fraction), .describe() (rankings.ranking)."""
+    return rankings.ranking(self.configs, self.summaries, self.scalars, fractions)
 
 
 def flatten(d: dict, prefix: str = '') -> dict:

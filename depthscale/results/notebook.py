@@ -1,11 +1,11 @@
 """Helpers of the paper notebooks (notebooks/*.py): the smoke switch, output folders,
 per-layer profiles from `depthscale.results.load(DIR).layers`, gradient norms at init
-without a training run, and figure saving."""
+without a training run, the notebook's rows of the claims table, its natural-text run,
+and figure saving."""
 
 from __future__ import annotations
 
 import os
-import re
 
 import jax
 import matplotlib.pyplot as plt
@@ -13,11 +13,12 @@ import numpy as np
 import optax
 import pandas as pd
 
-from depthscale import data, storage
+from depthscale import data, natural_text, storage
 from depthscale.experiment import run_ladder
+from depthscale.ladder import split_seed
 from depthscale.model.stats import per_layer_norm
 from depthscale.model.transformer import make_model
-from depthscale.results import loader, plots
+from depthscale.results import claims, loader, plots
 from depthscale.training.steps import init_state, weighted_loss
 
 SMOKE_ENV = 'DEPTHSCALE_SMOKE'  # '1': every run shrinks so a notebook runs in CI in seconds
@@ -41,6 +42,39 @@ def run(experiment: str, ladder_dir: str):
   depthscale.results.Results, variant -> its rungs)."""
   rows = run_ladder(experiment, ladder_dir)
   return rows, loader.load(ladder_dir), by_variant(r['rung'] for r in rows)
+
+
+def claims_rows(experiment: str, size: str, res: loader.Results,
+                expected: dict[str, dict[str, str]]) -> dict[str, str]:
+  """This ladder's rows of the claims table (docs/claims.md, claims.evaluate) at `size`:
+  prints each row's measured values and verdict and returns claim -> verdict of the rows
+  it measures. Asserts they are expected[size]; a size without recorded verdicts is said
+  so and not asserted."""
+  table = claims.evaluate({(experiment, size): res})
+  ours = table[table.measured_by == f'{experiment}:{size}'].set_index('claim')
+  print(ours[['measured', 'verdict']].to_string())
+  measured = ours.verdict[ours.verdict != claims.NOT_MEASURED].to_dict()
+  if size not in expected:
+    print(f'no verdicts recorded for size {size!r} (recorded: {", ".join(expected) or "none"}): '
+          'the verdicts above are reported, not asserted')
+    return measured
+  assert measured == expected[size], f'verdicts at {size}: {measured}, expected {expected[size]}'
+  print('claims verdicts as expected at', size)
+  return measured
+
+
+def natural_text_run(experiment: str, size: str, out_dir: str):
+  """Trains the experiment file's `<size>-text` ladder (python_docs, depthscale.natural_text)
+  in out_dir/runs_<size>_text and prints the corpus hash, each variant's mean eval loss
+  (final, and at the eval nearest half the steps) and its ranking at 50% and 100% of the
+  steps, 'stable' or 'changed'. Returns (rows, Results, variant -> rungs, Ranking)."""
+  rows, res, groups = run(f'{experiment}:{size}{natural_text.SUFFIX}',
+                          storage.join(out_dir, f'runs_{size}_text'))
+  print(f'{natural_text.CORPUS} sha256:', res.summaries.data_sha256.iloc[0])
+  rank = res.ranking()
+  print(rank.table.to_string(float_format='{:.3f}'.format))
+  print(rank.describe())
+  return rows, res, groups, rank
 
 
 def loss_curves(scalars: pd.DataFrame, groups: dict[str, list[str]], title: str,
@@ -101,7 +135,7 @@ def profiles_figure(layers: pd.DataFrame, rungs: dict[str, str], metric: str, st
 
 def variant(rung: str) -> str:
   """The variant of a rung named '<variant>_s<seed>[_<shape>]' (the seed and shape dropped)."""
-  return re.sub(r'_s\d+(_.*)?$', '', rung)
+  return split_seed(rung)[0]
 
 
 def by_variant(rungs) -> dict[str, list[str]]:
