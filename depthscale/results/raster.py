@@ -131,8 +131,8 @@ def heatmap(metric: str, steps: list[int], values_SxL: np.ndarray) -> Canvas:
 
 
 def profile(metric: str, steps: list[int], values_SxL: np.ndarray) -> Canvas:
-  """Metric (y) vs relative depth l/L (x, 0 to 1), one line per logged step, darker = later
-  on viridis, a legend of the steps when there are at most 8; a metric sampled on some layers
+  """Metric (y) vs relative depth l/L (x, 0 to 1), one line per logged step, later steps
+  lighter on viridis, a legend of the steps when there are at most 8; a metric sampled on some layers
   (NaN elsewhere): the line joins them."""
   v = np.asarray(values_SxL, float)
   c = Canvas(metric, 'l / L', metric)
@@ -156,6 +156,7 @@ def profile(metric: str, steps: list[int], values_SxL: np.ndarray) -> Canvas:
     for px, py in points:
       c.draw.ellipse((px - 2, py - 2, px + 2, py + 2), fill=fill)
     if len(steps) <= 8:
-      c.draw.line([(right + 6, top + 6 + 12 * i), (right + 16, top + 6 + 12 * i)], fill=fill, width=2)
+      key_y = top + 6 + 12 * i
+      c.draw.line([(right + 6, key_y), (right + 16, key_y)], fill=fill, width=2)
       c.text(f'step {step}', right + 19, top + 12 * i, 'lt')
   return c

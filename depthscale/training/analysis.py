@@ -224,7 +224,8 @@ def make_analysis_fn(model: Transformer, full_cfg=None,
     log_softmax = lambda h: jax.nn.log_softmax(apply(params, h, method=Transformer.unembed), axis=-1)
 
     def readout(c):  # the model's logits and loss from a stream's final carry
-      logits = apply(params, apply(params, c, method=Transformer.finish), method=Transformer.unembed)
+      logits = apply(params, apply(params, c, method=Transformer.finish),
+                     method=Transformer.unembed)
       return logits, weighted_loss(logits, batch)
     # the full model (row 0) and the K skip streams in one batched readout
     logits_1K, loss_1K = jax.vmap(readout)(jax.tree.map(
