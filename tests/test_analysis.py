@@ -267,6 +267,26 @@ def test_effective_depth_definitions():
                      'effective_depth/skip': 4.0, 'effective_depth/skip_ratio': 1.0}
 
 
+def test_gaussian_draws_before_the_scan_are_the_per_layer_draws():
+  """The jvp's v of layer l, drawn for all layers at once outside the scan, is the draw that
+  layer's own key gives (what jacobian_identity_dev measured when drawn inside the scan)."""
+  tree = {'x': jnp.zeros((2, 3, 4)), 'gate': jnp.zeros((1,), jnp.bfloat16)}
+  keys = jax.random.split(jax.random.PRNGKey(3), 5)
+  drawn = jax.vmap(lambda k: analysis.gaussian_like(k, tree))(keys)
+  for l, key in enumerate(keys):
+    own = analysis.gaussian_like(key, tree)
+    for leaf, one in zip(jax.tree.leaves(drawn), jax.tree.leaves(own)):
+      assert leaf.dtype == one.dtype and np.array_equal(np.asarray(leaf[l]), np.asarray(one))
+
+
+def test_eranks_by_shape_are_each_stacks_erank():
+  rng = np.random.default_rng(0)
+  mats = [jnp.asarray(rng.normal(size=s), jnp.float32)
+          for s in ((2, 4, 6), (2, 6, 4), (2, 4, 6), (2, 3, 3))]
+  for m, e in zip(mats, analysis.eranks_by_shape(mats)):
+    np.testing.assert_allclose(e, analysis.erank(m), rtol=1e-6)
+
+
 SAMPLED = ('skip_delta_loss', 'erank_acts', 'erank_weights')  # one pass or SVD per layer
 
 

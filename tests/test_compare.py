@@ -245,16 +245,3 @@ def test_layout_grows_with_the_metrics_the_records_bring(tmp_path):
   assert sorted(shown) == ['layers/act_rms/0001', 'layers/act_rms/0003', 'layers/my_metric/0001',
                            'layers/my_metric/0003', 'layers/skip_delta_loss/0001',
                            'layers/skip_delta_loss/0003']
-
-
-@pytest.mark.parametrize('num_layers', [1, 2, 5, 64])
-def test_heatmap_labels_layers_by_integer_index(num_layers):
-  steps = [0, 10, 20]
-  fig = plots.heatmap('m', steps, np.random.default_rng(0).normal(size=(len(steps), num_layers)))
-  ax = fig.axes[0]
-  ticks = ax.get_yticks()
-  labels = [t.get_text() for t in ax.get_yticklabels()]
-  assert labels == [str(int(t)) for t in ticks] and np.all(ticks == np.round(ticks))
-  assert ticks[0] == 1 and ticks[-1] == num_layers and len(ticks) == min(num_layers, 8)
-  assert len(set(np.diff(ticks))) <= 2  # evenly spaced, up to rounding
-  assert ax.get_ylim() == (0.5, num_layers + 0.5)  # row l centered on tick l

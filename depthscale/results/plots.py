@@ -1,5 +1,5 @@
-"""PNG figures of per-layer metrics: heatmaps, profiles, ladders (matplotlib Figure objects,
-no pyplot state, so any backend a notebook uses is left alone)."""
+"""PNG figures of per-layer metrics and ladders (matplotlib Figure objects, no pyplot state, so
+any backend a notebook uses is left alone); a run's own images are results.raster's."""
 
 from __future__ import annotations
 
@@ -32,47 +32,6 @@ def save(fig, path: str, dpi: int = 80, **savefig_kwargs) -> None:
 def relative_depth(num_layers: int) -> np.ndarray:
   """l / L for l = 1..L."""
   return np.arange(1, num_layers + 1) / num_layers
-
-
-def layer_ticks(num_layers: int, most: int = 8) -> np.ndarray:
-  """At most `most` 1-based layer indices, evenly spaced, first and last included."""
-  return np.unique(np.linspace(1, num_layers, min(num_layers, most)).round().astype(int))
-
-
-def heatmap(metric: str, steps: list[int], values_SxL: np.ndarray) -> Figure:
-  """Layer (y, block 1 at the bottom, integer ticks) x logged step (x) heatmap of one metric;
-  a metric sampled on some layers (NaN elsewhere) fills the band up to halfway to its neighbours."""
-  fig = Figure(figsize=(5, 3.5))
-  ax = fig.subplots()
-  v = np.asarray(values_SxL, float)
-  has = ~np.all(np.isnan(v), axis=0)
-  layers = np.flatnonzero(has if has.any() else ~has) + 1.0
-  edges = np.concatenate([[0.5], (layers[1:] + layers[:-1]) / 2, [v.shape[1] + 0.5]])
-  im = ax.pcolormesh(np.arange(len(steps) + 1) - 0.5, edges, v[:, layers.astype(int) - 1].T,
-                     cmap='viridis')
-  ticks = np.unique(np.linspace(0, len(steps) - 1, min(len(steps), 6)).astype(int))
-  ax.set_xticks(ticks, [str(steps[i]) for i in ticks])
-  ax.set_yticks(layer_ticks(v.shape[1]), [str(l) for l in layer_ticks(v.shape[1])])
-  ax.set(xlabel='step', ylabel='layer', title=metric)
-  fig.colorbar(im, ax=ax)
-  fig.tight_layout()
-  return fig
-
-
-def profile(metric: str, steps: list[int], values_SxL: np.ndarray) -> Figure:
-  """Metric vs relative depth l/L, one line per logged step (darker = later)."""
-  fig = Figure(figsize=(5, 3.5))
-  ax = fig.subplots()
-  colors = matplotlib.colormaps['viridis'](np.linspace(0, 1, len(steps)))
-  x = relative_depth(values_SxL.shape[1])
-  for step, row, c in zip(steps, np.asarray(values_SxL, float), colors):
-    ok = ~np.isnan(row)  # a metric sampled on some layers: the line joins them
-    ax.plot(x[ok], row[ok], color=c, marker='.', label=f'step {step}')
-  ax.set(xlabel='l / L', ylabel=metric, title=metric)
-  if len(steps) <= 8:
-    ax.legend(fontsize=6)
-  fig.tight_layout()
-  return fig
 
 
 def loss_vs_depth(curves: dict[str, tuple[list[int], list[float]]], path: str) -> None:

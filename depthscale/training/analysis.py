@@ -84,6 +84,19 @@ def erank(m_NxM) -> jax.Array:
   return jnp.where(total[..., 0] > 0, jnp.exp(h), 0.0)
 
 
+def eranks_by_shape(mats_KxNxM: list) -> list[jax.Array]:
+  """erank of each stack of matrices, in order; the stacks of one shape go through one erank
+  call (one SVD loop per shape, not per stack: a smaller program to compile)."""
+  groups: dict[tuple, list[int]] = {}
+  for i, m in enumerate(mats_KxNxM):
+    groups.setdefault(m.shape, []).append(i)
+  out: list = [None] * len(mats_KxNxM)
+  for members in groups.values():
+    for i, e in zip(members, erank(jnp.stack([mats_KxNxM[i] for i in members]))):
+      out[i] = e
+  return out
+
+
 def as_matrix(w_Lx, d_model: int):
   """Per-layer weights (leading L axis) as L matrices: (D, rest) or (rest, last axis)."""
   if w_Lx.shape[1] == d_model:
@@ -142,6 +155,13 @@ def compile_mode(cfg, compute_params: int) -> str:
   return 'fast' if runs * analysis_flops(cfg, compute_params) <= FAST_COMPILE_FLOPS else 'light'
 
 
+def gaussian_like(key, tree):
+  """A standard Gaussian draw shaped and typed as each leaf of tree (one key per leaf)."""
+  leaves, treedef = jax.tree.flatten(tree)
+  return treedef.unflatten([jax.random.normal(k, a.shape, jnp.float32).astype(a.dtype)
+                            for k, a in zip(jax.random.split(key, len(leaves)), leaves)])
+
+
 def make_analysis_fn(model: Transformer, full_cfg=None,
                      sampled: list[int] | None = None) -> Callable[..., dict]:
   """(params, batch, key, step) -> per-layer analyses (length-L arrays), jittable as one
@@ -159,10 +179,7 @@ def make_analysis_fn(model: Transformer, full_cfg=None,
 
   def probe(carry, xs):
     """One block on the clean forward: output stream, jvp test, entropies, Csordas cosines."""
-    p_l, layer, key = xs
-    leaves, tree = jax.tree.flatten(carry)  # the whole carry: residual designs may add state
-    v = tree.unflatten([jax.random.normal(k, a.shape, jnp.float32).astype(a.dtype)
-                        for k, a in zip(jax.random.split(key, len(leaves)), leaves)])
+    p_l, layer, v = xs
 
     def stat_apply(c):  # the statistics' forward is the jvp's: one forward pass, not two
       (out, stats), sown = stat_block.apply({'params': p_l}, c, layer, mutable=['analysis'])
@@ -183,8 +200,8 @@ def make_analysis_fn(model: Transformer, full_cfg=None,
     rows: no larger than a train step's forward); skip stream k keeps its whole carry at
     block idx[k], which it skips. One loop over the blocks for both."""
     carry, skips = carries
-    p_l, layer_in, key, l = xs
-    out, per = probe(carry, (p_l, layer_in, key))
+    p_l, layer_in, v, l = xs
+    out, per = probe(carry, (p_l, layer_in, v))
     new = jax.vmap(lambda c: run_block(p_l, c, layer_in))(skips)
     kept = lambda n, o: jnp.where((jnp.asarray(idx) == l).reshape((-1,) + (1,) * (n.ndim - 1)), o, n)
     return (out, jax.tree.map(kept, new, skips)), per
@@ -195,29 +212,34 @@ def make_analysis_fn(model: Transformer, full_cfg=None,
     schedule = scan_inputs(cfg, inputs, batch.get('segments'))  # + document ids when masking
     carry0 = apply(params, apply(params, batch['inputs'], method=Transformer.embed),
                    method=Transformer.start)
-    keys = jax.random.split(key, cfg.num_layers)
+    # the jvp's Gaussian v per layer, drawn before the scan: drawn inside it, XLA fused the
+    # draw into each of v's consumers (6 copies of erf_inv at L2)
+    vs = jax.vmap(lambda k: gaussian_like(k, carry0))(jax.random.split(key, cfg.num_layers))
     blocks = recurrence.effective_blocks(cfg, params)  # per effective layer under recurrence
     skips0 = jax.tree.map(lambda a: jnp.broadcast_to(a, (len(idx),) + a.shape), carry0)
     (carry, skips), per = jax.lax.scan(layer, (carry0, skips0),
-                                       (blocks, schedule, keys, jnp.arange(cfg.num_layers)))
+                                       (blocks, schedule, vs, jnp.arange(cfg.num_layers)))
     h_LxBxTxD = per.pop('x_out')
     h_prev = jnp.concatenate([view(carry0)[None], h_LxBxTxD[:-1]])
     log_softmax = lambda h: jax.nn.log_softmax(apply(params, h, method=Transformer.unembed), axis=-1)
-    final_logits = apply(params, apply(params, carry, method=Transformer.finish),
-                         method=Transformer.unembed)
-    log_p_final = jax.nn.log_softmax(final_logits, axis=-1)
+
+    def readout(c):  # the model's logits and loss from a stream's final carry
+      logits = apply(params, apply(params, c, method=Transformer.finish),
+                     method=Transformer.unembed)
+      return logits, weighted_loss(logits, batch)
+    # the full model (row 0) and the K skip streams in one batched readout
+    logits_1K, loss_1K = jax.vmap(readout)(jax.tree.map(
+        lambda c, s: jnp.concatenate([c[None], s]), carry, skips))
+    log_p_final = jax.nn.log_softmax(logits_1K[0], axis=-1)
     kl, top5 = jax.lax.map(lambda h: logit_lens(log_softmax(h), log_p_final), h_LxBxTxD)
-    base = weighted_loss(final_logits, batch)
-    skip_K = jax.vmap(lambda c: weighted_loss(apply(params, apply(
-        params, c, method=Transformer.finish), method=Transformer.unembed), batch))(skips)
     acts = h_LxBxTxD[idx].reshape(len(idx), -1, h_LxBxTxD.shape[-1]).astype(jnp.float32)
-    mats = [erank(as_matrix(w[idx], cfg.d_model)) for w in jax.tree.leaves(blocks) if w.ndim >= 3]
+    mats = [as_matrix(w[idx], cfg.d_model) for w in jax.tree.leaves(blocks) if w.ndim >= 3]
     return {**per,
             'angular_distance': jax.vmap(angular_distance)(h_prev, h_LxBxTxD),
             'logit_lens_kl': kl, 'logit_lens_top5': top5,
-            'skip_delta_loss': on_layers(skip_K - base),
+            'skip_delta_loss': on_layers(loss_1K[1:] - loss_1K[0]),
             'erank_acts': on_layers(erank(acts - jnp.mean(acts, axis=1, keepdims=True))),
-            'erank_weights': on_layers(sum(mats) / len(mats))}
+            'erank_weights': on_layers(sum(eranks_by_shape(mats)) / len(mats))}
 
   return analyse
 

@@ -14,7 +14,7 @@ from depthscale.errors import WriteError
 from depthscale.model import ops, recurrence, taper
 from depthscale.model.transformer import make_model, param_counts
 from depthscale.posthoc import init_from, ln_free
-from depthscale.results import plots
+from depthscale.results import plots, raster
 from depthscale.training import (cpu_calibration, distributed, host_memory, resume, sharding,
                                  tb_layout)
 from depthscale.training.analysis import Analyzer, analysed_layers, compile_mode, evenly_spaced
@@ -152,7 +152,7 @@ class _Logs:
 
   def images(self, step: int) -> None:
     """Per metric of plots.PROFILE_METRICS: a layer x step heatmap and an l/L profile
-    (one line per logged step); a figure costs ~0.1-0.3 s, so not every metric gets one."""
+    (one line per logged step), drawn by results.raster."""
     by_metric: dict[str, list] = {}
     self.layers.flush()
     for r in storage.read_jsonl(self.layers.path):
@@ -161,8 +161,8 @@ class _Logs:
           by_metric.setdefault(k, []).append((r['step'], v))
     for metric, rows in by_metric.items():
       steps, values = [s for s, _ in rows], np.asarray([v for _, v in rows], float)
-      for kind, draw in (('heatmap', plots.heatmap), ('profile', plots.profile)):
-        self.tb.image(step, f'images/{kind}/{metric}', plots.png_bytes(draw(metric, steps, values)))
+      for kind, draw in (('heatmap', raster.heatmap), ('profile', raster.profile)):
+        self.tb.image(step, f'images/{kind}/{metric}', draw(metric, steps, values).png())
 
   def log_eval(self, step: int, scalars: dict) -> None:
     self.eval.write({'step': step, **scalars})
