@@ -30,8 +30,9 @@
 #
 # **Full-size configuration.** The DyT paper's LLaMA experiments train 7B-70B models; the
 # regime paper's GPT-2 family spans 64M-3.78B parameters and 1M-118M tokens.
-# `SIZE = 'paper'` selects a GPT-2-small-shaped model (L 12, d 768, seq 1024, batch 512,
-# 20k steps; use `--config.data.source=text:GLOB`). The default `cpu` size is L 8, d 64,
+# `SIZE = 'paper'` selects GPT-2 small (L 12, d 768, learned positions, GPT-2's 50,304-token
+# vocabulary; seq 1024, batch 512, 20k steps); experiments/repro_norm_free.py gives the
+# `prepare` command for a corpus. The default `cpu` size is L 8, d 64,
 # 300 steps, 3 seeds; `DEPTHSCALE_SMOKE=1` shrinks it.
 #
 # **What this notebook asserts.** DyT and Derf train without any normalization: eval loss

@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from depthscale.experiment import LLAMA_VOCAB, load_module, resolve, split_arg
+from depthscale.experiment import LLAMA_BLOCK, LLAMA_VOCAB, load_module, resolve, split_arg
 from depthscale.training import dryrun
 from tests.helpers import param_count
 
@@ -33,6 +33,8 @@ def _words(text: str) -> str:
 REPROS = sorted(glob.glob(os.path.join(ROOT, 'experiments', 'repro_*.py')))
 BYTE_VOCAB = 256  # the byte tokens of the smoke and cpu sizes
 LLAMA_STYLE = ('repro_curse_of_depth', 'repro_training_dynamics')  # papers that train LLaMA models
+# paper ladders whose paper size still trains on bytes (their records not yet re-recorded)
+BYTE_PAPER_SIZES = ('repro_depth_transfer', 'repro_width_depth_ladder')
 
 
 def test_every_paper_ladder_has_a_record():
@@ -101,6 +103,19 @@ def test_every_record_is_of_its_ladders_vocabulary(path):
     assert report['params'] - report['non_embedding_params'] == _embedding_params(cfg), rung.name
 
 
+def _vocabulary_case(repro: str):
+  name = os.path.splitext(os.path.basename(repro))[0]
+  pending = pytest.mark.xfail(strict=True, reason='paper size still on the byte vocabulary')
+  return pytest.param(repro, id=name, marks=[pending] if name in BYTE_PAPER_SIZES else [])
+
+
+@pytest.mark.parametrize('repro', [_vocabulary_case(r) for r in REPROS])
+def test_every_paper_size_has_a_tokenizers_vocabulary(repro):
+  """Every rung of every paper ladder trains on a real tokenizer's tokens, not bytes."""
+  vocab = {cfg.model.vocab_size for _, cfg in resolve(f'{repro}:paper')}
+  assert min(vocab) > BYTE_VOCAB, f'{repro}: paper size with vocabulary {sorted(vocab)}'
+
+
 @pytest.mark.parametrize('name', LLAMA_STYLE)
 def test_llama_papers_paper_size_is_a_llama_model(name):
   """A paper that trains LLaMA models gets RMSNorm, SwiGLU, RoPE and LLaMA's vocabulary at its
@@ -108,8 +123,8 @@ def test_llama_papers_paper_size_is_a_llama_model(name):
   its cpu size keeps the byte vocabulary."""
   config = f'experiments/{name}.py:paper'
   for _, cfg in resolve(os.path.join(ROOT, config)):
-    m = cfg.model
-    assert (m.norm, m.mlp, m.position, m.vocab_size) == ('rmsnorm', 'swiglu', 'rope', LLAMA_VOCAB)
+    block = {field: cfg.model[field] for field in LLAMA_BLOCK}
+    assert (block, cfg.model.vocab_size) == (LLAMA_BLOCK, LLAMA_VOCAB)
   platforms = sorted('num_nodes' in r for r in map(_record, RECORDS) if r['config'] == config)
   assert platforms == [False, True], f'{config}: wants one TPU and one H100 record'
   assert all(cfg.model.vocab_size == BYTE_VOCAB
