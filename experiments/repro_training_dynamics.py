@@ -9,7 +9,10 @@ Run (arg = smoke | cpu | paper | smoke-text | cpu-text; default cpu):
 (smoke-text: ProRes only) on the built-in `python_docs` corpus (English prose, byte
 tokens) instead of the synthetic mix, evaluated at every quarter of the steps
 (depthscale.natural_text). cpu-text trains 307,200 tokens: 0.78 tokens per non-embedding
-parameter.
+parameter. Measured at cpu-text (seed 0, lr 3e-3, beside other jobs, load average up to 9.5),
+eval loss at 50% / 100% of the steps: LayerSkip 2.57 / 2.31, Pre-LN 2.60 / 2.32, LayerDrop
+2.95 / 2.77, ProRes 3.12 / 2.91; the same order at both points (one seed at one rate: an
+order, not a ranking by intervals; experiments/method_survey.py has each at its best rate).
 
 Runtime: see notebooks/training_dynamics.py and the README (cpu: 6 variants x 3 seeds,
 L8 d64, 300 steps).
