@@ -19,10 +19,12 @@ last block / the first is 14.9 +- 0.5 at init and 59 +- 7 after training (LNS: 3
 6.1); the update ratio of the last 4 blocks / block 2 is 0.14 +- 0.03; skipping one of
 the first 4 blocks costs 0.57 +- 0.06 nats, one of the last 8 0.009 +- 0.004. Eval loss:
 Pre-LN 2.35 +- 0.02, LNS 2.36 (no gain at this size).
-cpu-text (measured, seed 0, ~5 min per rung at load ~17): Pre-LN act_var last / first
-block 18.5 at init, 3.2 trained; update ratio last 4 / block 2 0.32; skip cost first
-quarter 0.46 nats, last half 0.021. LNS 1.65 trained; eval loss Pre-LN 2.47, LNS 2.33
-nats per byte.
+cpu-text (measured in an earlier run, seed 0, ~5 min per rung at load ~17): Pre-LN act_var
+last / first block 18.5 at init, 3.2 trained; update ratio last 4 / block 2 0.32; skip cost
+first quarter 0.46 nats, last half 0.021. LNS 1.65 trained. Eval loss (nats per byte) at
+50% / 100% of the steps, rerun with an eval at every quarter (seed 0, 350-388 s per rung
+beside other jobs at load average 11-13): LNS 2.57 / 2.32, Pre-LN 2.80 / 2.52; the same
+order at both points (one seed: an order, not a ranking by intervals).
 Paper size: the LLaMA-350M shape of the GaLore-derived code the LNS, Mix-LN and ProRes
 repositories share (24 layers, d 1024, 16 heads, SwiGLU width 2736 as ProRes'
 configs/llama_350m.json; RMSNorm eps 1e-6 as the LNS and Mix-LN code; RoPE; vocabulary

@@ -9,7 +9,14 @@ tiny-width ladder of every placement, or smoke-text | cpu-text; default cpu):
 `smoke-text` and `cpu-text` train seed 0 of every variant (smoke-text: Pre-LN only)
 on the built-in `python_docs` corpus (English prose, byte tokens) instead of the synthetic
 mix, evaluated at every quarter of the steps (depthscale.natural_text). cpu-text trains
-204,800 tokens: 0.34-0.35 tokens per non-embedding parameter.
+204,800 tokens: 0.34-0.35 tokens per non-embedding parameter. Measured at cpu-text (seed 0,
+Xiong et al.'s lr 3e-3 without warmup, 207-409 s per rung beside other jobs at load average
+11-13), eval loss at 50% / 100% of the steps: Keel 2.71 / 2.24, Pre-LN 3.20 / 2.63, Mix-LN
+3.354 / 3.24, DeepNorm 3.353 / 3.346, Post-LN with a 50-step warmup 3.353 / 3.351, Post-LN
+3.352 / 3.354. Keel and Pre-LN lead at both points; the Post-LN family sits on a plateau
+(their 50% order is in the third decimal, noise), from which only Mix-LN leaves by 100%
+(one seed at one rate: an order, not a ranking by intervals; experiments/method_survey.py
+has each at its best rate).
 
 Runtime: cpu: 18 rungs (L12 d64, 200 steps) + 6 deep rungs (deep_cpu, L256 d16): the whole
 notebook took 43 min on the 2-core machine with two other notebooks running. smoke: 2 rungs

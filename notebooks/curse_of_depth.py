@@ -250,11 +250,13 @@ verdicts = notebook.claims_rows('repro_curse_of_depth', SIZE, res, EXPECTED)
 #   (synthetic 0.009); Pre-LN's skip effective depth is 6 of 16.
 # - LNS keeps the variance flat (trained last / first 1.65, last block 1.8 against
 #   Pre-LN's 9.5) and, unlike on the synthetic mix, lowers the eval loss: 2.33 against
-#   2.47 nats per byte. Yet its last half costs nothing to skip (-0.001 nats) and its skip
-#   effective depth is 1: the better loss does not come from using the deep blocks more.
+#   2.47 nats per byte (a rerun with an eval at every quarter of the steps: 2.57 against
+#   2.80 at half the steps, 2.32 against 2.52 at the end, skip effective depths 1 and 7).
+#   Yet its last half costs nothing to skip (-0.001 nats) and its skip effective depth is
+#   1: the better loss does not come from using the deep blocks more.
 # One seed: differences of a few percent are within noise; the factor-20 change in the
-# trained variance ratio and the LNS loss gap (0.14 nats, 7x the synthetic runs' seed
-# spread of 0.02) are unlikely to be.
+# trained variance ratio and the LNS loss gap (0.14 and 0.20 nats in the two runs, 7-10x
+# the synthetic runs' seed spread of 0.02) are unlikely to be.
 
 # %%
 _, text_res, text_seeds, _ = notebook.natural_text_run('../experiments/repro_curse_of_depth.py', SIZE, OUT)

@@ -16,6 +16,7 @@ import urllib.request
 
 import jax
 import matplotlib.image
+from matplotlib.figure import Figure
 import numpy as np
 import optax
 import pytest
@@ -128,6 +129,21 @@ def test_compare_prints_table_and_writes_pngs(ladder, capsys):
     img = matplotlib.image.imread(ladder / 'compare' / name)
     assert img.shape[0] > 100 and img.shape[1] > 100
     assert np.ptp(img[..., :3]) > 0.1  # something is drawn
+
+
+@pytest.mark.parametrize('lines', [plots.LEGEND_MAX, plots.LEGEND_MAX + 1])
+def test_a_legend_only_up_to_its_readable_size(lines):
+  ax = Figure().subplots()
+  ax.set_title('loss')
+  for i in range(lines):
+    ax.plot([1, 2], [i, i], label=f'variant{i}')
+  plots.legend(ax, 6)
+  if lines <= plots.LEGEND_MAX:
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == [f'variant{i}' for i in range(lines)]
+    assert ax.get_title() == 'loss'
+  else:
+    assert ax.get_legend() is None
+    assert ax.get_title() == f'loss\n({lines} lines, no legend)'
 
 
 def test_compare_rejects_a_missing_directory(tmp_path):

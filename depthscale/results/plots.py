@@ -15,6 +15,18 @@ from depthscale import storage
 PROFILE_METRICS = ('update_ratio', 'attn_contrib', 'mlp_contrib', 'cos_in_out',
                    'angular_distance', 'logit_lens_kl', 'skip_delta_loss',
                    'jacobian_identity_dev')
+LEGEND_MAX = 12  # labelled lines up to which an axes gets a legend
+
+
+def legend(ax, fontsize: int) -> None:
+  """The axes' legend; past LEGEND_MAX labelled lines (a sweep of many variants) the title
+  says how many lines there are instead: such a legend is unreadable, and placing it took
+  matplotlib minutes per figure."""
+  n = len(ax.get_legend_handles_labels()[1])
+  if n <= LEGEND_MAX:
+    ax.legend(fontsize=fontsize)
+  else:
+    ax.set_title(f'{ax.get_title()}\n({n} lines, no legend)', fontsize=fontsize + 2)
 
 
 def png_bytes(fig, dpi: int = 80, **savefig_kwargs) -> bytes:
@@ -43,7 +55,7 @@ def loss_vs_depth(curves: dict[str, tuple[list[int], list[float]]], path: str) -
     ax.plot(np.asarray(depths)[order], np.asarray(losses)[order], marker='o', label=name)
   ax.set_xscale('log', base=2)
   ax.set(xlabel='num_layers L', ylabel='final eval loss', title='loss vs depth')
-  ax.legend(fontsize=7)
+  legend(ax, 7)
   fig.tight_layout()
   save(fig, path)
 
@@ -66,7 +78,7 @@ def final_profiles(profiles: dict[str, dict[str, list[float]]], path: str,
   for ax in axes.flat[len(shown):]:
     ax.axis('off')
   if shown:
-    axes.flat[0].legend(fontsize=6)
+    legend(axes.flat[0], 6)
   fig.tight_layout()
   save(fig, path)
 
@@ -91,7 +103,7 @@ def fits_figure(fits, xlabel: str, title: str, base: int = 10) -> Figure:
   ax.set_xscale('log', base=base)
   ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
   ax.set(xlabel=xlabel, ylabel='final eval loss', title=title)
-  ax.legend(fontsize=6)
+  legend(ax, 6)
   fig.tight_layout()
   return fig
 
@@ -104,7 +116,7 @@ def loss_vs_flops_figure(curves: dict[str, tuple[list[float], list[float]]]) -> 
     ax.plot(flops, losses, marker='o', ls='none', label=name)
   ax.set_xscale('log')
   ax.set(xlabel='training FLOPs', ylabel='final eval loss', title='loss vs training compute')
-  ax.legend(fontsize=7)
+  legend(ax, 7)
   fig.tight_layout()
   return fig
 
@@ -120,6 +132,6 @@ def isoflop_figure(groups: list[tuple[str, dict[str, tuple[list, list, list]]]])
       ax.plot(depths, means, color=f'C{i % 10}')
     ax.set_xscale('log', base=2)
     ax.set(xlabel='num_layers L (narrower to the right)', ylabel='final eval loss', title=title)
-    ax.legend(fontsize=6)
+    legend(ax, 6)
   fig.tight_layout()
   return fig
