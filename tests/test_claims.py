@@ -53,6 +53,20 @@ def test_verdicts_from_runs(tmp_path, a, b, below, not_above):
   assert table['size'][0] == 'L2 d16, 6,000 non-emb params' and table.tokens[0] == '12,000 (2/param)'
 
 
+def test_a_best_rate_at_the_edge_of_its_sweep_is_said(tmp_path):
+  res = ladder(tmp_path, {'a': [2.0, 2.01, 2.02], 'b': [2.5, 2.51, 2.52]},
+               name=lambda v, k: f'{v}_best_s{k + 1}')
+  grids = {'a': ('3e-4', '1e-3', '3e-3'), 'b': ('1e-3', '3e-3', '1e-2')}  # best 1e-3: inside, lowest
+  for v, rates in grids.items():
+    losses = {f'{v}_lr{r}': 2.7 if r == '1e-3' else 2.8 for r in rates}
+    for k in (1, 2, 3):
+      (tmp_path / f'{v}_best_s{k}' / 'best_lr.json').write_text(json.dumps(
+          {'lr': 1e-3, 'from': f'{v}_lr1e-3', 'losses': losses}))
+  measured = claims.evaluate({('exp', 'tiny'): loader.load(str(tmp_path))}, RULES).measured[0]
+  a, b = measured.split('; ')
+  assert a.endswith('(3 seeds, lr 0.001)') and b.endswith("(3 seeds, lr 0.001, the grid's lowest)")
+
+
 def test_a_rule_on_an_analysis_scalar_reads_its_last_value(tmp_path):
   res = ladder(tmp_path, {'a': [2.0, 2.0, 2.0], 'b': [2.0, 2.0, 2.0]})
   for v, depths in {'a': [2, 2, 3], 'b': [6, 7, 6]}.items():

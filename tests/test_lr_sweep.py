@@ -98,7 +98,7 @@ def test_ranking_orders_only_separated_intervals():
   assert list(table.seeds) == [3, 3, 3] and list(table.rates) == [2, 2, 2]
   assert list(table.edge) == ['', '', '']  # rung names without rates: no grid to be at the edge of
   grid = {'v_lr1e-3': 2.0, 'v_lr3e-3': 1.9, 'v_lr1e-2': None}  # a diverged rate is in the grid
-  assert [intervals._edge(r, grid) for r in (1e-3, 3e-3, 1e-2)] == ['lowest', '', 'highest']
+  assert [intervals.edge(r, grid) for r in (1e-3, 3e-3, 1e-2)] == ['lowest', '', 'highest']
   assert table.set_index('variant').lr.to_dict() == {'a': 1e-3, 'b': 3e-3, 'c': 1e-2}
   assert intervals.ranking(table) == ['a < b', 'a < c', 'b ~ c (tied)']
 

@@ -361,8 +361,10 @@ def final_values(res: Results, metric: str = LOSS) -> pd.Series:
 
 def variant_stats(res: Results, metric: str = LOSS) -> pd.DataFrame:
   """Per variant (index): seeds, mean, low, high (of final_values, 95% Student-t), lr,
+  edge (of a swept variant whose best rate is its grid's lowest or highest: intervals.edge),
   L, D, params (non-embedding), tokens, data."""
   cfg = res.configs.set_index('rung')
+  edges = {intervals.variant(c.rung): intervals.edge(c.lr, c.losses) for c in res.choices.itertuples()}
   values = final_values(res, metric)
   done = res.summaries[res.summaries.rung.isin(values.index)]
   rows = []
@@ -371,6 +373,7 @@ def variant_stats(res: Results, metric: str = LOSS) -> pd.DataFrame:
     c = cfg.loc[g.rung.iloc[0]]
     rows.append({'variant': v, 'seeds': len(g), 'mean': mean, 'low': low, 'high': high,
                  'lr': c['optim.lr'] if cfg.loc[g.rung, 'optim.lr'].nunique() == 1 else np.nan,
+                 'edge': edges.get(v, ''),
                  'L': int(c['model.num_layers']), 'D': int(c['model.d_model']),
                  'params': int(g.non_embedding_params.iloc[0]), 'tokens': int(g.tokens.iloc[0]),
                  'data': c['data.source']})
@@ -415,7 +418,8 @@ def evaluate(runs: dict[tuple[str, str], Results],
 
 def _measured(name: str, s: pd.Series) -> str:
   interval = f' [{s.low:.3f}, {s.high:.3f}]' if s.seeds > 1 else ''
-  return f'{name} {s["mean"]:.3f}{interval} ({s.seeds} seed{"s" if s.seeds > 1 else ""}, lr {s.lr:g})'
+  edge = f", the grid's {s.edge}" if s.edge else ''
+  return f'{name} {s["mean"]:.3f}{interval} ({s.seeds} seed{"s" if s.seeds > 1 else ""}, lr {s.lr:g}{edge})'
 
 
 COLUMNS = ('method', 'paper', 'claim', 'reported', 'measured_by', 'size', 'data', 'tokens',
@@ -435,6 +439,8 @@ def markdown(table: pd.DataFrame, note: str = '') -> str:
           'measured, no verdict (a reference method, a claim about something other than the',
           'final loss, or a one-seed run); not measured (no run given, or its ladder lacks the',
           'variants). A rule on an analysis scalar names it (effective_depth/skip, docs/metrics.md).',
+          '"The grid\'s highest" (or lowest) after a rate: that variant\'s best rate is the edge of',
+          'its learning-rate sweep, so its optimum may lie beyond the rates tried.',
           'The claims, papers\'',
           'numbers and rules live in `depthscale/results/claims.py`.', '',
           'Runs read: ' + (', '.join(sorted({m for m in table.measured_by if ':' in m})) or 'none')

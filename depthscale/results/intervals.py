@@ -53,7 +53,7 @@ def sweep_table(choices: pd.DataFrame, summaries: pd.DataFrame,
     if seeds:
       mean, low, high = t_interval(seeds, level)
       rows.append({'variant': name, 'lr': g.lr.iloc[0], 'rates': len(g.losses.iloc[0]),
-                   'edge': _edge(g.lr.iloc[0], g.losses.iloc[0]),
+                   'edge': edge(g.lr.iloc[0], g.losses.iloc[0]),
                    'seeds': len(seeds), 'mean': mean, 'low': low, 'high': high})
   out = pd.DataFrame(rows, columns=COLUMNS[:-1])
   out['rank'] = [1 + sum(order((l2, h2), (l, h)) < 0 for l2, h2 in zip(out.low, out.high))
@@ -61,7 +61,7 @@ def sweep_table(choices: pd.DataFrame, summaries: pd.DataFrame,
   return out.sort_values(['rank', 'mean'], ignore_index=True)
 
 
-def _edge(best: float, losses: dict) -> str:
+def edge(best: float, losses: dict) -> str:
   """'lowest' / 'highest' if best is the lowest / highest rate of the stage-1 rungs
   '<variant>_lr<rate>' in losses, else ''."""
   rates = [float(name.rsplit('_lr', 1)[1]) for name in losses if '_lr' in name]
