@@ -34,6 +34,20 @@ def small_config():
   return c
 
 
+def transfer_config(parametrization: str, **model):
+  """The rate-transfer studies' run (experiments/*_transfer.py) on the synthetic mix: T 64,
+  batch 8, 200 steps (logs every 25, eval and checkpoint every 100, 20 warmup steps);
+  `model` sets model fields (d_model=64, base_num_layers=2, ...)."""
+  c = default_config()
+  c.model.parametrization = parametrization
+  for field, value in model.items():
+    c.model[field] = value
+  c.data.seq_len, c.data.batch_size = 64, 8
+  c.train.steps, c.train.log_every, c.optim.warmup_steps = 200, 25, 20
+  c.train.eval_every = c.train.checkpoint_every = 100
+  return c
+
+
 # Paper sizes train on a real tokenizer's corpus (`python -m depthscale.data.prepare
 # --tokenizer=...`, then data.source='array_record:DIR/train-*.array_record').
 LLAMA_VOCAB = 32_000  # the SentencePiece models of LLaMA / Llama-2 and T5: 32,000 pieces

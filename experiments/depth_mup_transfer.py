@@ -20,7 +20,7 @@ CompleteP holds (2.504 -> 2.498) and depth-muP at its best rate improves (2.496 
 All three are one model at L 2 (the base depth): 2.497 at 3e-3.
 """
 
-from depthscale.config import default_config
+from depthscale.experiment import transfer_config
 from depthscale.ladder import Rung, cross
 
 FAMILIES = ('standard', 'depth_mup', 'completep')
@@ -29,21 +29,8 @@ LRS = (1e-3, 3e-3, 1e-2, 3e-2)
 
 
 def get_config(arg: str | None = None):
-  c = default_config()
-  c.model.parametrization = arg or 'completep'
-  c.model.d_model = 64
-  c.model.num_heads = 2
-  c.model.num_layers = 2
-  c.model.base_d_model = 64
-  c.model.base_num_layers = 2
-  c.data.seq_len = 64
-  c.data.batch_size = 8
-  c.train.steps = 200
-  c.train.log_every = 25
-  c.train.eval_every = 100
-  c.train.checkpoint_every = 100
-  c.optim.warmup_steps = 20
-  return c
+  return transfer_config(arg or 'completep', d_model=64, num_heads=2, num_layers=2,
+                         base_d_model=64, base_num_layers=2)
 
 
 def get_ladder(arg: str | None = None):

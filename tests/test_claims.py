@@ -97,6 +97,26 @@ def test_transfer_rule_compares_the_best_rate_across_depth(tmp_path, best_at_l8,
     assert row.measured == f'fam_L2_lr0.01 2.000 (1 seed, lr 0.001); fam_L8_lr{best_at_l8:g} 2.000 (1 seed, lr 0.001)'
 
 
+@pytest.mark.parametrize('best_at_d256, verdict', [
+    (0.01, claims.REPRODUCES), (0.03, claims.NOT_AT_SIZE), (0.1, claims.CONTRADICTS)])
+def test_width_transfer_rule_compares_the_best_rate_across_width(tmp_path, best_at_d256, verdict):
+  rates = (0.001, 0.003, 0.01, 0.03, 0.1)
+  losses = {f'fam_d{d}_lr{r:g}': [3.0 - (r == 0.01)] for d in (32, 64) for r in rates}
+  losses.update({f'fam_d256_lr{r:g}': [3.0 - (r == best_at_d256)] for r in rates})
+  # depth rungs, lower losses, best rate four steps apart: the width rule ignores them
+  losses.update({f'fam_L{l}_lr{r:g}': [2.0 - (r == (0.001 if l == 2 else 0.1))] for l in (2, 8) for r in rates})
+  rule = claims.Claim('m', 'p', 'transfers', 'n/a', 'exp', claims.Transfers('fam', axis='d'))
+  row = claims.evaluate({('exp', 'tiny'): ladder(tmp_path, losses)}, (rule,)).iloc[0]
+  assert row.verdict == verdict
+  assert [m.split()[0] for m in row.measured.split('; ')] == [
+      'fam_d32_lr0.01', 'fam_d64_lr0.01', f'fam_d256_lr{best_at_d256:g}']
+  assert row.rule.startswith('fam: the best rate is the same at every width')
+  depth = claims.Claim('m', 'p', 'transfers', 'n/a', 'exp', claims.Transfers('fam'))
+  assert claims.evaluate({('exp', 'tiny'): loader.load(str(tmp_path))}, (depth,)).iloc[0].verdict == claims.CONTRADICTS
+  with pytest.raises(ValueError, match="Transfers.axis='D': allowed L, d"):
+    claims.Transfers('fam', axis='D')
+
+
 def test_transfer_rows_read_the_rung_names_of_repro_depth_transfer(tmp_path):
   module = experiment.load_module(os.path.join(ROOT, 'experiments', 'repro_depth_transfer.py'))
   rungs = experiment.rungs_of(module, 'cpu')
@@ -166,6 +186,6 @@ def test_every_rule_names_variants_of_its_ladder():
     arg = 'cpu' if 'cpu' in getattr(module, 'SIZES', {}) else None  # None: a file without sizes
     names = {intervals.variant(r.name) for r in experiment.rungs_of(module, arg)}
     if isinstance(c.rule, claims.Transfers):
-      assert any(n.startswith(c.rule.family + '_L') for n in names), c.claim
+      assert any(n.startswith(f'{c.rule.family}_{c.rule.axis}') for n in names), c.claim
     else:
       assert {c.rule.a, c.rule.b} <= names, (c.claim, {c.rule.a, c.rule.b} - names)

@@ -28,6 +28,7 @@ MEASURED = 'measured, no verdict'
 VERDICTS = (REPRODUCES, NOT_AT_SIZE, CONTRADICTS, MEASURED, NOT_MEASURED)
 NO_NUMBER = 'no number in the abstract (full paper not read here)'
 LOSS = 'final_eval_loss'
+AXES = {'L': 'depth', 'd': 'width'}  # Transfers.axis: the rung-name prefix of the size
 
 
 def _order(stats: pd.DataFrame, a: str, b: str) -> int:
@@ -87,33 +88,43 @@ class Reference(_Pair):
 
 @dataclasses.dataclass(frozen=True)
 class Transfers:
-  """The loss-minimizing rate of a family's rungs '<family>_L<depth>_lr<rate>' is the same at
-  every depth: reproduces where it is, does not at this size where it moves by one step of
-  the rate grid (the grid cannot tell), contradicts where it moves further."""
+  """The loss-minimizing rate of a family's rungs '<family>_<axis><size>_lr<rate>' is the same
+  at every size along the axis (AXES: 'L' depth, 'd' width): reproduces where it is, does not
+  at this size where it moves by one step of the rate grid (the grid cannot tell),
+  contradicts where it moves further. Rungs named along the other axis do not count."""
   family: str
+  axis: str = 'L'
 
-  def _best(self, stats: pd.DataFrame) -> dict[int, tuple[float, str]]:
-    """depth -> (best rate, its rung) over the family's rungs in stats."""
+  def __post_init__(self):
+    if self.axis not in AXES:
+      raise ValueError(f'Transfers.axis={self.axis!r}: allowed {", ".join(AXES)}')
+
+  def _runs(self, stats: pd.DataFrame) -> dict[int, list[tuple[float, float, str]]]:
+    """size -> [(mean loss, rate, rung)] over the family's rungs along the axis in stats."""
     runs = collections.defaultdict(list)
     for name in stats.index:
-      m = re.fullmatch(rf'{re.escape(self.family)}_L(\d+)_lr([\d.e+-]+)', name)
+      m = re.fullmatch(rf'{re.escape(self.family)}_{self.axis}(\d+)_lr([\d.e+-]+)', name)
       if m:
         runs[int(m[1])].append((stats.loc[name, 'mean'], float(m[2]), name))
-    return {d: min(r)[1:] for d, r in sorted(runs.items()) if len(r) > 1}
+    return runs
+
+  def _best(self, stats: pd.DataFrame) -> dict[int, tuple[float, str]]:
+    """size -> (best rate, its rung) over the sizes swept at more than one rate."""
+    return {d: min(r)[1:] for d, r in sorted(self._runs(stats).items()) if len(r) > 1}
 
   def shown(self, stats: pd.DataFrame) -> list[str]:
     best = self._best(stats)
     return [name for _, name in best.values()] if len(best) > 1 else []
 
   def decide(self, stats: pd.DataFrame) -> str:
-    rates = sorted({float(n.rsplit('_lr', 1)[1]) for n in stats.index if n.startswith(self.family + '_L')})
+    rates = sorted({rate for r in self._runs(stats).values() for _, rate, _ in r})
     steps = [rates.index(rate) for rate, _ in self._best(stats).values()]
     moved = max(steps) - min(steps)
     return REPRODUCES if moved == 0 else NOT_AT_SIZE if moved == 1 else CONTRADICTS
 
   def describe(self) -> str:
-    return (f'{self.family}: the best rate is the same at every depth (one grid step apart: '
-            'does not at this size; further: contradicts)')
+    return (f'{self.family}: the best rate is the same at every {AXES[self.axis]} (one grid '
+            'step apart: does not at this size; further: contradicts)')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -296,7 +307,8 @@ CLAIMS: tuple[Claim, ...] = (
       NO_NUMBER, SURVEY, Below('taper_cosine', 'pre_ln')),
     C('tapered MLP width (reconstruction)', TLM, 'the reverse allocation hurts', NO_NUMBER,
       SURVEY, Below('pre_ln', 'taper_reverse')),
-    C('muP (Adam)', 'Yang et al. 2022 (Tensor Programs V)', 'the optimal learning rate transfers across width', NO_NUMBER),
+    C('muP (Adam)', 'Yang et al. 2022 (Tensor Programs V)', 'the optimal learning rate transfers across width',
+      NO_NUMBER, 'mup_width_transfer', Transfers('mup', axis='d')),
     C('init: normal / xavier / small_init / depth_scaled', 'GPT-2; Glorot & Bengio 2010; Nguyen & Salazar 2019',
       'reference inits: small_init against normal', 'not a claim', SURVEY,
       Reference('small_init', 'pre_ln')),
