@@ -35,6 +35,21 @@ def test_layer_scaled_cost_equals_the_unrolled_program_and_the_analytic_flops():
   assert note is None  # compiled at the first try
 
 
+def test_rungs_differing_in_depth_share_their_cost_probes(monkeypatch):
+  """The 1- and 2-layer probes are compiled once for a depth ladder; each depth's cost is
+  still its own extrapolation, the same as without the shared probes."""
+  alone = {l: dryrun.layer_scaled_cost(_cost_config(**{'model.num_layers': l})) for l in (3, 5)}
+  compiles, compile_step = [], dryrun.compile_step
+  monkeypatch.setattr(dryrun, 'compile_step',
+                      lambda *a, **k: compiles.append(a[0]) or compile_step(*a, **k))
+  shared = {}
+  for l in (3, 5):
+    cfg = _cost_config(**{'model.num_layers': l})
+    assert dryrun.layer_scaled_cost(cfg, None, shared) == alone[l]
+  assert len(compiles) == 2 and len(shared) == 1
+  assert alone[5][0] > alone[3][0]
+
+
 def test_slice_names_count_cores_on_v4_v5p_and_chips_on_v5e_v6e():
   got = {n: (topology.parse(n).chips, topology.parse(n).topology)
          for n in ('v5p-8', 'v5p-64', 'v4-128', 'v5e-256', 'v6e-16', 'v5e-1')}

@@ -117,11 +117,13 @@ PROBE_FALLBACK_NOTE = ("XLA-GPU refused a cost probe with Triton's GEMMs ({}); b
                        "compiled with cuBLAS matmuls, whose FLOPs XLA's cost model does not count")
 
 
-def layer_scaled_cost(cfg, devices=None) -> tuple[float, float, str | None]:
+def layer_scaled_cost(cfg, devices=None,
+                      probe_costs: dict | None = None) -> tuple[float, float, str | None]:
   """XLA's (flops, bytes) per device of the plain step with every layer counted, and a note
   where the probes needed PROBE_FALLBACK (a GPU target only): XLA counts a while loop's body
   once, so the cost is extrapolated in depth from the same rung compiled with 1 and 2 layers
-  unrolled, c(L) = c(1) + (L - 1) (c(2) - c(1))."""
+  unrolled, c(L) = c(1) + (L - 1) (c(2) - c(1)). probe_costs: the probes' costs by their
+  shapes, filled and reused (rungs differing only in depth share their probes)."""
   probes = []
   for layers in (2, 1):  # the 2-layer probe first: the one XLA-GPU has refused
     c = cfg.copy_and_resolve_references()
@@ -130,17 +132,24 @@ def layer_scaled_cost(cfg, devices=None) -> tuple[float, float, str | None]:
     if c.model.residual == 'block_attn_res':
       c.model.attn_res_blocks = min(c.model.attn_res_blocks, 2 * layers)
     probes.append(c)
-  note = None
+  probe_costs = {} if probe_costs is None else probe_costs
+  key = tuple(_shape_key(c) for c in probes)
+  if key not in probe_costs:
+    probe_costs[key] = _probe_costs(probes, devices)
+  ((f2, b2), (f1, b1)), note = probe_costs[key]
+  n = cfg.model.num_layers
+  return f1 + (n - 1) * (f2 - f1), b1 + (n - 1) * (b2 - b1), note
+
+
+def _probe_costs(probes: list, devices) -> tuple[list[tuple[float, float]], str | None]:
+  """XLA's (flops, bytes) of each probe's plain step and the PROBE_FALLBACK note, if needed."""
   try:
-    costs = [cost(compile_step(c, False, devices)[0]) for c in probes]
+    return [cost(compile_step(c, False, devices)[0]) for c in probes], None
   except jax.errors.JaxRuntimeError as e:
     if 'RESOURCE_EXHAUSTED' in str(e) or ops.platform_of(devices) != 'gpu':
       raise
     note = PROBE_FALLBACK_NOTE.format(str(e).strip().splitlines()[0])
-    costs = [cost(compile_step(c, False, devices, PROBE_FALLBACK)[0]) for c in probes]
-  (f2, b2), (f1, b1) = costs
-  n = cfg.model.num_layers
-  return f1 + (n - 1) * (f2 - f1), b1 + (n - 1) * (b2 - b1), note
+    return [cost(compile_step(c, False, devices, PROBE_FALLBACK)[0]) for c in probes], note
 
 
 def model_flops(cfg, params) -> float:
@@ -189,9 +198,11 @@ def why_not_cudnn(cfg) -> str:
 
 
 def check_rung(cfg, devices=None, slice_: topology.Slice | None = None, scale_cost: bool = False,
-               compiled_out: dict | None = None) -> tuple[dict[str, Any], list[str]]:
+               compiled_out: dict | None = None,
+               probe_costs: dict | None = None) -> tuple[dict[str, Any], list[str]]:
   """Compiles the rung's plain and statistics train steps (kept in compiled_out if given,
-  by kind); the report of both. scale_cost: also XLA's cost with every layer counted."""
+  by kind); the report of both. scale_cost: also XLA's cost with every layer counted (its
+  probes shared through probe_costs, see layer_scaled_cost)."""
   steps, plan = {}, None
   for kind, stats in (('plain', False), ('stats', True)):
     compiled, plan, seconds = compile_step(cfg, stats, devices)
@@ -213,7 +224,7 @@ def check_rung(cfg, devices=None, slice_: topology.Slice | None = None, scale_co
     report['attention_note'] = f"XLA's attention on GPU: {why_not_cudnn(cfg)}"
   if scale_cost:
     report['xla_flops_per_device'], report['xla_bytes_per_device'], note = layer_scaled_cost(
-        cfg, devices)
+        cfg, devices, probe_costs)
     if note:
       report['cost_note'] = note
   if slice_ is not None:
@@ -325,14 +336,15 @@ def dry_run(config_arg: str, overrides: dict | None = None, rung: str | None = N
   estimate_text = GPU_ESTIMATE if slice_ is not None and slice_.platform == 'gpu' else ESTIMATE
   print(f'dry run on {_where(slice_, len(devices or []))}; memory per device, compile times '
         '(c_*) in s', flush=True)
-  reports, seen = [], {}
+  reports, seen, probe_costs = [], {}, {}
   resolved = resolve(config_arg, overrides, rung, check_machine=False)
   width = max([16] + [len(r.name) for r, _ in resolved])  # the rung column
   for r, cfg in resolved:
     key = _shape_key(cfg)
     if key not in seen:
       try:
-        report, lines = check_rung(cfg, devices, slice_, scale_cost and slice_ is not None)
+        report, lines = check_rung(cfg, devices, slice_, scale_cost and slice_ is not None,
+                                   probe_costs=probe_costs)
       except OutOfMemory as e:  # the TPU compiler refuses what does not fit its HBM
         total, non_emb = e.params
         report = {'params': total, 'non_embedding_params': non_emb, 'fits': False, 'error': str(e)}
