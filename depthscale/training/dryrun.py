@@ -318,12 +318,13 @@ def _where(s: topology.Slice | None, n_devices: int) -> str:
 def dry_run(config_arg: str, overrides: dict | None = None, rung: str | None = None,
             topology_name: str | None = None, num_slices: int = 1,
             json_path: str | None = None, shardings: bool = True,
-            scale_cost: bool = True, num_nodes: int = 1) -> list[dict]:
+            scale_cost: bool = True, num_nodes: int = 1, resume: bool = False) -> list[dict]:
   """Checks every selected rung (for a TPU slice or num_nodes GPU nodes if topology_name is
   given); prints a table row per rung (and its shardings), returns the reports, and writes
   them to json_path (with `overrides`, the command line's config flags, where there are
   any). scale_cost (TPU, GPU): XLA's cost with every layer counted and the step-time
-  estimate."""
+  estimate. resume: keep the rungs an earlier run of the same dry run (interrupted) wrote
+  to json_path and compile only the others."""
   devices = slice_ = None
   given, overrides = dict(overrides or {}), dict(overrides or {})
   if topology_name:
@@ -337,10 +338,19 @@ def dry_run(config_arg: str, overrides: dict | None = None, rung: str | None = N
   print(f'dry run on {_where(slice_, len(devices or []))}; memory per device, compile times '
         '(c_*) in s', flush=True)
   reports, seen, probe_costs = [], {}, {}
+  record = {'config': config_arg, 'topology': topology_name, 'num_slices': num_slices,
+            'estimate': estimate_text, 'rungs': reports}
+  if given:
+    record['overrides'] = given
+  if slice_ is not None and slice_.platform == 'gpu':
+    record.update(num_nodes=num_nodes, gpu_source=slice_.chip.source)
+  kept = _kept_reports(json_path, record) if resume else {}
   resolved = resolve(config_arg, overrides, rung, check_machine=False)
   width = max([16] + [len(r.name) for r, _ in resolved])  # the rung column
   for r, cfg in resolved:
     key = _shape_key(cfg)
+    if key not in seen and r.name in kept:
+      seen[key] = ({k: v for k, v in kept[r.name].items() if k != 'rung'}, [])
     if key not in seen:
       try:
         report, lines = check_rung(cfg, devices, slice_, scale_cost and slice_ is not None,
@@ -370,16 +380,23 @@ def dry_run(config_arg: str, overrides: dict | None = None, rung: str | None = N
       print('\n'.join(lines), flush=True)
     reports.append({'rung': r.name, **report})
     if json_path:  # after every rung: a long dry run keeps what it has done
-      record = {'config': config_arg, 'topology': topology_name, 'num_slices': num_slices,
-                'estimate': estimate_text, 'rungs': reports}
-      if given:
-        record['overrides'] = given
-      if slice_ is not None and slice_.platform == 'gpu':
-        record.update(num_nodes=num_nodes, gpu_source=slice_.chip.source)
       storage.write_json(json_path, record, indent=2)
   if slice_ is not None and scale_cost:
     print(estimate_text, flush=True)
   return reports
+
+
+def _kept_reports(json_path: str | None, record: dict) -> dict[str, dict]:
+  """Rung name -> report in json_path, an earlier run of the dry run `record` describes
+  (none where there is no such file); a record of another dry run is a ConfigError."""
+  if not json_path or not storage.exists(json_path):
+    return {}
+  earlier = storage.read_json(json_path)
+  for field in sorted((set(earlier) | set(record)) - {'rungs'}):
+    if earlier.get(field) != record.get(field):
+      raise ConfigError(f'--dry_run_resume: {json_path} has {field}={earlier.get(field)!r}, '
+                        f'this dry run {record.get(field)!r}')
+  return {r['rung']: r for r in earlier['rungs']}
 
 
 # Fields that change no compiled shape, memory or cost (values only): rungs differing only
