@@ -376,7 +376,7 @@ def dry_run(config_arg: str, overrides: dict | None = None, rung: str | None = N
     note = flops_note(report)
     if note:
       print(note, flush=True)
-    if shardings:
+    if shardings and lines:  # none for a refused rung or one kept by resume
       print('\n'.join(lines), flush=True)
     reports.append({'rung': r.name, **report})
     if json_path:  # after every rung: a long dry run keeps what it has done
