@@ -1,7 +1,7 @@
 """Command line: python -m depthscale.main --config=experiments/FILE.py[:ARG] --workdir=DIR
 [--config.SECTION.FIELD=VALUE ...] [--rung=NAME_OR_INDEX] [--allow_config_change] [--verbose]
 [--dry_run [--topology=v5p-64 [--num_slices=N] | --topology=h100-8 [--num_nodes=N]]
-[--dry_run_json=PATH]]
+[--dry_run_json=PATH [--dry_run_resume]]]
 [--coordinator_address=HOST:PORT --num_processes=N --process_id=I | --multi_host].
 
 Exit codes: 0 finished (or preempted by SIGTERM after a checkpoint), 2 bad input (one line
@@ -41,6 +41,9 @@ _NUM_NODES = flags.DEFINE_integer('num_nodes', 1, 'With a GPU --topology: nodes 
                                   'spans all their GPUs).')
 _DRY_RUN_JSON = flags.DEFINE_string('dry_run_json', None, 'With --dry_run: also write the '
                                     'table (one record per rung) to this JSON file.')
+_DRY_RUN_RESUME = flags.DEFINE_bool('dry_run_resume', False, 'With --dry_run_json: keep the '
+                                     'rungs an earlier, interrupted run of the same dry run '
+                                     'wrote there and compile only the others.')
 _COORDINATOR = flags.DEFINE_string('coordinator_address', None, 'Multi-process: HOST:PORT of '
                                    'process 0 (with --num_processes and --process_id).')
 _NUM_PROCESSES = flags.DEFINE_integer('num_processes', None, 'Multi-process: process count.')
@@ -109,6 +112,8 @@ def main(argv: list[str]) -> None:
     _usage_error('--coordinator_address needs --num_processes and --process_id')
   if (_TOPOLOGY.value or _DRY_RUN_JSON.value) and not _DRY_RUN.value:
     _usage_error('--topology and --dry_run_json need --dry_run')
+  if _DRY_RUN_RESUME.value and not _DRY_RUN_JSON.value:
+    _usage_error('--dry_run_resume needs --dry_run_json')
   missing = _TOPOLOGY.value and topology.missing_compiler(_TOPOLOGY.value)
   if missing:
     _usage_error(missing)
@@ -121,7 +126,8 @@ def main(argv: list[str]) -> None:
     storage.check_bucket(_DRY_RUN_JSON.value or '', '--dry_run_json')
     if _DRY_RUN.value:
       dryrun.dry_run(config_arg, overrides, _RUNG.value, _TOPOLOGY.value, _NUM_SLICES.value,
-                     _DRY_RUN_JSON.value, num_nodes=_NUM_NODES.value)
+                     _DRY_RUN_JSON.value, num_nodes=_NUM_NODES.value,
+                     resume=_DRY_RUN_RESUME.value)
     else:
       run_ladder(config_arg, _WORKDIR.value, overrides, _RUNG.value, _ALLOW_CHANGE.value)
   except ConfigError as e:

@@ -150,6 +150,7 @@ def test_libtpu_and_the_cuda_plugin_start_quietly_without_a_tpu_or_gpu(tmp_path,
     ('--config.data.source=nope', 'data.source'),
     ('--config.mesh.data=3', 'mesh.data'),
     ('--rung=nope', '--rung'),
+    ('--dry_run_resume', '--dry_run_resume'),  # without --dry_run_json
 ])
 def test_invalid_config_exits_2_with_one_line(tmp_path, experiment, flag, field):
   workdir = tmp_path / 'never'

@@ -11,6 +11,7 @@ import json
 import jax
 import pytest
 
+from depthscale.errors import ConfigError
 from depthscale.experiment import resolve
 from depthscale.model import ops
 from depthscale.training import dryrun, gpus, topology
@@ -33,6 +34,21 @@ def test_layer_scaled_cost_equals_the_unrolled_program_and_the_analytic_flops():
   assert bytes_ == pytest.approx(unrolled_bytes, rel=0.25)  # fusion differs a little
   assert dryrun.model_flops(cfg, plan.abstract_state['params']) == pytest.approx(flops, rel=0.15)
   assert note is None  # compiled at the first try
+
+
+def test_rungs_differing_in_depth_share_their_cost_probes(monkeypatch):
+  """The 1- and 2-layer probes are compiled once for a depth ladder; each depth's cost is
+  still its own extrapolation, the same as without the shared probes."""
+  alone = {l: dryrun.layer_scaled_cost(_cost_config(**{'model.num_layers': l})) for l in (3, 5)}
+  compiles, compile_step = [], dryrun.compile_step
+  monkeypatch.setattr(dryrun, 'compile_step',
+                      lambda *a, **k: compiles.append(a[0]) or compile_step(*a, **k))
+  shared = {}
+  for l in (3, 5):
+    cfg = _cost_config(**{'model.num_layers': l})
+    assert dryrun.layer_scaled_cost(cfg, None, shared) == alone[l]
+  assert len(compiles) == 2 and len(shared) == 1
+  assert alone[5][0] > alone[3][0]
 
 
 def test_slice_names_count_cores_on_v4_v5p_and_chips_on_v5e_v6e():
@@ -142,6 +158,27 @@ def test_a_record_keeps_the_config_flags_it_was_compiled_with(tmp_path):
   gpu = {**tpu, 'topology': 'h100-8', 'num_nodes': 2}
   assert dryrun.summary(gpu).startswith(
       'GPU dry run on 2 h100-8 nodes with model.remat=nothing_saveable: every rung fits')
+
+
+def test_a_resumed_dry_run_compiles_only_the_rungs_its_record_lacks(tmp_path, monkeypatch):
+  """resume keeps the reports an interrupted run wrote to its JSON and compiles the other
+  rungs; the record then equals an uninterrupted one; a record of another dry run (other
+  config flags) is refused, naming the field."""
+  path, out = tmp_path / 'ladder.py', tmp_path / 'dry.json'
+  path.write_text(LADDER.replace("'mesh.fsdp': 2, 'mesh.tensor': 2", "'mesh.fsdp': 1"))
+  full = json.loads(json.dumps(dryrun.dry_run(str(path), json_path=str(out), shardings=False)))
+  record = json.loads(out.read_text())
+  out.write_text(json.dumps({**record, 'rungs': record['rungs'][:1]}))  # stopped after L1
+  checked, check_rung = [], dryrun.check_rung
+  monkeypatch.setattr(dryrun, 'check_rung', lambda cfg, *a, **k: (
+      checked.append(cfg.model.num_layers) or check_rung(cfg, *a, **k)))
+  resumed = dryrun.dry_run(str(path), json_path=str(out), shardings=False, resume=True)
+  assert checked == [2] and resumed[0] == full[0] and resumed[1]['rung'] == 'L2'
+  assert json.loads(out.read_text()) == {**record, 'rungs': json.loads(json.dumps(resumed))}
+  with pytest.raises(ConfigError, match=r'--dry_run_resume: .*dry.json has overrides=None, '
+                                        r"this dry run \{'model.remat'"):
+    dryrun.dry_run(str(path), {'model.remat': 'nothing_saveable'}, json_path=str(out),
+                   shardings=False, resume=True)
 
 
 @needs_libtpu

@@ -117,11 +117,13 @@ PROBE_FALLBACK_NOTE = ("XLA-GPU refused a cost probe with Triton's GEMMs ({}); b
                        "compiled with cuBLAS matmuls, whose FLOPs XLA's cost model does not count")
 
 
-def layer_scaled_cost(cfg, devices=None) -> tuple[float, float, str | None]:
+def layer_scaled_cost(cfg, devices=None,
+                      probe_costs: dict | None = None) -> tuple[float, float, str | None]:
   """XLA's (flops, bytes) per device of the plain step with every layer counted, and a note
   where the probes needed PROBE_FALLBACK (a GPU target only): XLA counts a while loop's body
   once, so the cost is extrapolated in depth from the same rung compiled with 1 and 2 layers
-  unrolled, c(L) = c(1) + (L - 1) (c(2) - c(1))."""
+  unrolled, c(L) = c(1) + (L - 1) (c(2) - c(1)). probe_costs: the probes' costs by their
+  shapes, filled and reused (rungs differing only in depth share their probes)."""
   probes = []
   for layers in (2, 1):  # the 2-layer probe first: the one XLA-GPU has refused
     c = cfg.copy_and_resolve_references()
@@ -130,17 +132,24 @@ def layer_scaled_cost(cfg, devices=None) -> tuple[float, float, str | None]:
     if c.model.residual == 'block_attn_res':
       c.model.attn_res_blocks = min(c.model.attn_res_blocks, 2 * layers)
     probes.append(c)
-  note = None
+  probe_costs = {} if probe_costs is None else probe_costs
+  key = tuple(_shape_key(c) for c in probes)
+  if key not in probe_costs:
+    probe_costs[key] = _probe_costs(probes, devices)
+  ((f2, b2), (f1, b1)), note = probe_costs[key]
+  n = cfg.model.num_layers
+  return f1 + (n - 1) * (f2 - f1), b1 + (n - 1) * (b2 - b1), note
+
+
+def _probe_costs(probes: list, devices) -> tuple[list[tuple[float, float]], str | None]:
+  """XLA's (flops, bytes) of each probe's plain step and the PROBE_FALLBACK note, if needed."""
   try:
-    costs = [cost(compile_step(c, False, devices)[0]) for c in probes]
+    return [cost(compile_step(c, False, devices)[0]) for c in probes], None
   except jax.errors.JaxRuntimeError as e:
     if 'RESOURCE_EXHAUSTED' in str(e) or ops.platform_of(devices) != 'gpu':
       raise
     note = PROBE_FALLBACK_NOTE.format(str(e).strip().splitlines()[0])
-    costs = [cost(compile_step(c, False, devices, PROBE_FALLBACK)[0]) for c in probes]
-  (f2, b2), (f1, b1) = costs
-  n = cfg.model.num_layers
-  return f1 + (n - 1) * (f2 - f1), b1 + (n - 1) * (b2 - b1), note
+    return [cost(compile_step(c, False, devices, PROBE_FALLBACK)[0]) for c in probes], note
 
 
 def model_flops(cfg, params) -> float:
@@ -189,9 +198,11 @@ def why_not_cudnn(cfg) -> str:
 
 
 def check_rung(cfg, devices=None, slice_: topology.Slice | None = None, scale_cost: bool = False,
-               compiled_out: dict | None = None) -> tuple[dict[str, Any], list[str]]:
+               compiled_out: dict | None = None,
+               probe_costs: dict | None = None) -> tuple[dict[str, Any], list[str]]:
   """Compiles the rung's plain and statistics train steps (kept in compiled_out if given,
-  by kind); the report of both. scale_cost: also XLA's cost with every layer counted."""
+  by kind); the report of both. scale_cost: also XLA's cost with every layer counted (its
+  probes shared through probe_costs, see layer_scaled_cost)."""
   steps, plan = {}, None
   for kind, stats in (('plain', False), ('stats', True)):
     compiled, plan, seconds = compile_step(cfg, stats, devices)
@@ -213,7 +224,7 @@ def check_rung(cfg, devices=None, slice_: topology.Slice | None = None, scale_co
     report['attention_note'] = f"XLA's attention on GPU: {why_not_cudnn(cfg)}"
   if scale_cost:
     report['xla_flops_per_device'], report['xla_bytes_per_device'], note = layer_scaled_cost(
-        cfg, devices)
+        cfg, devices, probe_costs)
     if note:
       report['cost_note'] = note
   if slice_ is not None:
@@ -307,12 +318,13 @@ def _where(s: topology.Slice | None, n_devices: int) -> str:
 def dry_run(config_arg: str, overrides: dict | None = None, rung: str | None = None,
             topology_name: str | None = None, num_slices: int = 1,
             json_path: str | None = None, shardings: bool = True,
-            scale_cost: bool = True, num_nodes: int = 1) -> list[dict]:
+            scale_cost: bool = True, num_nodes: int = 1, resume: bool = False) -> list[dict]:
   """Checks every selected rung (for a TPU slice or num_nodes GPU nodes if topology_name is
   given); prints a table row per rung (and its shardings), returns the reports, and writes
   them to json_path (with `overrides`, the command line's config flags, where there are
   any). scale_cost (TPU, GPU): XLA's cost with every layer counted and the step-time
-  estimate."""
+  estimate. resume: keep the rungs an earlier run of the same dry run (interrupted) wrote
+  to json_path and compile only the others."""
   devices = slice_ = None
   given, overrides = dict(overrides or {}), dict(overrides or {})
   if topology_name:
@@ -325,14 +337,24 @@ def dry_run(config_arg: str, overrides: dict | None = None, rung: str | None = N
   estimate_text = GPU_ESTIMATE if slice_ is not None and slice_.platform == 'gpu' else ESTIMATE
   print(f'dry run on {_where(slice_, len(devices or []))}; memory per device, compile times '
         '(c_*) in s', flush=True)
-  reports, seen = [], {}
+  reports, seen, probe_costs = [], {}, {}
+  record = {'config': config_arg, 'topology': topology_name, 'num_slices': num_slices,
+            'estimate': estimate_text, 'rungs': reports}
+  if given:
+    record['overrides'] = given
+  if slice_ is not None and slice_.platform == 'gpu':
+    record.update(num_nodes=num_nodes, gpu_source=slice_.chip.source)
+  kept = _kept_reports(json_path, record) if resume else {}
   resolved = resolve(config_arg, overrides, rung, check_machine=False)
   width = max([16] + [len(r.name) for r, _ in resolved])  # the rung column
   for r, cfg in resolved:
     key = _shape_key(cfg)
+    if key not in seen and r.name in kept:
+      seen[key] = ({k: v for k, v in kept[r.name].items() if k != 'rung'}, [])
     if key not in seen:
       try:
-        report, lines = check_rung(cfg, devices, slice_, scale_cost and slice_ is not None)
+        report, lines = check_rung(cfg, devices, slice_, scale_cost and slice_ is not None,
+                                   probe_costs=probe_costs)
       except OutOfMemory as e:  # the TPU compiler refuses what does not fit its HBM
         total, non_emb = e.params
         report = {'params': total, 'non_embedding_params': non_emb, 'fits': False, 'error': str(e)}
@@ -354,20 +376,27 @@ def dry_run(config_arg: str, overrides: dict | None = None, rung: str | None = N
     note = flops_note(report)
     if note:
       print(note, flush=True)
-    if shardings:
+    if shardings and lines:  # none for a refused rung or one kept by resume
       print('\n'.join(lines), flush=True)
     reports.append({'rung': r.name, **report})
     if json_path:  # after every rung: a long dry run keeps what it has done
-      record = {'config': config_arg, 'topology': topology_name, 'num_slices': num_slices,
-                'estimate': estimate_text, 'rungs': reports}
-      if given:
-        record['overrides'] = given
-      if slice_ is not None and slice_.platform == 'gpu':
-        record.update(num_nodes=num_nodes, gpu_source=slice_.chip.source)
       storage.write_json(json_path, record, indent=2)
   if slice_ is not None and scale_cost:
     print(estimate_text, flush=True)
   return reports
+
+
+def _kept_reports(json_path: str | None, record: dict) -> dict[str, dict]:
+  """Rung name -> report in json_path, an earlier run of the dry run `record` describes
+  (none where there is no such file); a record of another dry run is a ConfigError."""
+  if not json_path or not storage.exists(json_path):
+    return {}
+  earlier = storage.read_json(json_path)
+  for field in sorted((set(earlier) | set(record)) - {'rungs'}):
+    if earlier.get(field) != record.get(field):
+      raise ConfigError(f'--dry_run_resume: {json_path} has {field}={earlier.get(field)!r}, '
+                        f'this dry run {record.get(field)!r}')
+  return {r['rung']: r for r in earlier['rungs']}
 
 
 # Fields that change no compiled shape, memory or cost (values only): rungs differing only
