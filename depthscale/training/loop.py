@@ -249,8 +249,9 @@ class _Run:
     self.remover = ln_free.Remover(cfg, model, self.state['params']
                                    ) if cfg.posthoc.remove_norms_every else None
     # param_rotation's reference, on device (the train step donates the state's own buffers)
-    init_blocks = jax.tree.map(lambda x: x.copy(), self.state['params']['blocks']
-                               ) if cfg.metrics.analysis_every else None
+    init_blocks = sharding.owned_copy(self.state['params']['blocks'],
+                                      self.plan.state['params']['blocks']
+                                      ) if cfg.metrics.analysis_every else None
     self.any_process = distributed.AnyProcess(self.plan.mesh)
 
     self.it = data.train_iterator(cfg.data, t.seed, jax.process_index(), jax.process_count())

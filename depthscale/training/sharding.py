@@ -205,6 +205,14 @@ class Plan:
             for k, v in local.items()}
 
 
+def owned_copy(tree, shardings):
+  """The arrays of tree copied into buffers of their own, placed by `shardings` (a matching
+  tree, e.g. their own), so that donating the originals leaves the copies intact. On one
+  host the copy is made by the runtime without compiling a program, unlike jnp's copy (one
+  per shape: ~0.1 s CPU for a rung's blocks; benchmarks/NOTES.md)."""
+  return jax.device_put(tree, shardings, may_alias=False)
+
+
 def follow_params(opt_state, params, param_sh, default):
   """Sharding of each optimizer-state leaf: that of the parameter whose path ends its own
   path with the same shape (Adam moments, also inside optax.multi_transform's groups),
