@@ -239,8 +239,8 @@ def test_owned_copy_outlives_the_originals_and_compiles_nothing():
   record = lambda event, seconds, **_: compiles.append(event) if 'backend_compile' in event else None
   jax.monitoring.register_event_duration_secs_listener(record)
   try:
-    copy = sharding.owned_copy(tree, placed)
-    jax.block_until_ready(copy)
+    copies = sharding.owned_copy(tree, placed), sharding.owned_copy(tree)  # given, own placement
+    jax.block_until_ready(copies)
     assert not compiles  # the copy compiled no program...
     jax.jit(lambda t: jax.tree.map(lambda x: x + 1, t))(tree)
     assert compiles  # ...while a program's compile is seen
@@ -248,6 +248,7 @@ def test_owned_copy_outlives_the_originals_and_compiles_nothing():
     jax.monitoring.unregister_event_duration_listener(record)
   for x in jax.tree.leaves(tree):  # as the train step's donation does: the originals freed
     x.delete()
-  for k in want:
-    np.testing.assert_array_equal(np.asarray(copy[k]), want[k])
-    assert copy[k].sharding == placed[k]
+  for copy in copies:
+    for k in want:
+      np.testing.assert_array_equal(np.asarray(copy[k]), want[k])
+      assert copy[k].sharding == placed[k]

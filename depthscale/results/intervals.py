@@ -11,8 +11,10 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from depthscale import ladder
+
 LEVEL = 0.95  # interval coverage
-SEED_PART = re.compile(r'(_best)?_s\d+(?=_|$)')  # '_s<k>', or lr_sweep's stage-2 '_best_s<k>'
+SEED_PART = re.compile(r'(_best)?' + ladder.SEED.pattern)  # '_s<k>', or lr_sweep's '_best_s<k>'
 COLUMNS = ['variant', 'lr', 'rates', 'edge', 'seeds', 'mean', 'low', 'high', 'rank']
 
 

@@ -16,6 +16,7 @@ from jax.experimental import multihost_utils
 
 from depthscale import storage
 from depthscale.errors import ConfigError, WriteError, reason
+from depthscale.training import sharding
 
 CORRUPT_PREFIX = 'corrupt-'  # unreadable step directories are renamed corrupt-<step>-<n>
 
@@ -78,7 +79,7 @@ class Checkpointer:
         state=ocp.args.StandardRestore(abstract_state), data=ocp.args.JsonRestore()))
     # Fresh device buffers for the donating train step (on CPU, restored buffers may alias
     # host memory owned by orbax).
-    return jax.tree.map(lambda x: x.copy(), out.state), out.data
+    return sharding.owned_copy(out.state), out.data
 
   def restore_latest(self, abstract_state) -> tuple[int, object, object] | None:
     """(step, state, data_state) of the newest readable checkpoint, or None if there is none.

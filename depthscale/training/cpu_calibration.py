@@ -23,6 +23,7 @@ import jaxlib
 import numpy as np
 
 from depthscale.model import ops
+from depthscale.training import sharding
 
 DEFAULT = 'onednn'  # the set a rung takes unless calibrated, cached or configured otherwise
 CHOICES = ('auto', *ops.CPU_OPTION_SETS)
@@ -106,7 +107,7 @@ def time_steps(steps: dict, state, batch, warm: tuple = ()) -> dict:
   """name -> the ms of each of TIMED steps of that compiled step, after WARMUP, the names
   interleaved (A B A B ...) and chained on a copy of `state` (the steps donate it; `state`
   itself is untouched). warm: the names already run once (their warm-up is done)."""
-  state = jax.tree.map(lambda x: x.copy(), state)
+  state = sharding.owned_copy(state)
   times = {name: [] for name in steps}
   for r in range(WARMUP + TIMED):
     for name, step in steps.items():
@@ -157,7 +158,7 @@ def compile_plain(plan, step_fn, state, batch, mode: str, steps_left: int,
   t1 = time.perf_counter()
   steps = {DEFAULT: plan.compile_lowered(lowered, cpu_set=DEFAULT)}
   compile_s = time.perf_counter() - t1
-  _, first_ms = _timed(steps[DEFAULT], jax.tree.map(lambda x: x.copy(), state), batch)
+  _, first_ms = _timed(steps[DEFAULT], sharding.owned_copy(state), batch)
   record = {'choice': DEFAULT, 'source': 'short run'}
   if worth_calibrating(steps_left, first_ms, compile_s, len(ops.CPU_OPTION_SETS)):
     steps.update({name: plan.compile_lowered(lowered, cpu_set=name)

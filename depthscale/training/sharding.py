@@ -205,11 +205,13 @@ class Plan:
             for k, v in local.items()}
 
 
-def owned_copy(tree, shardings):
+def owned_copy(tree, shardings=None):
   """The arrays of tree copied into buffers of their own, placed by `shardings` (a matching
-  tree, e.g. their own), so that donating the originals leaves the copies intact. On one
+  tree; None: each array's own), so that donating the originals leaves the copies intact. On one
   host the copy is made by the runtime without compiling a program, unlike jnp's copy (one
   per shape: ~0.1 s CPU for a rung's blocks; benchmarks/NOTES.md)."""
+  if shardings is None:
+    shardings = jax.tree.map(lambda x: x.sharding, tree)
   return jax.device_put(tree, shardings, may_alias=False)
 
 
