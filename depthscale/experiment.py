@@ -160,7 +160,8 @@ def run_ladder(config_arg: str, workdir: str, overrides: dict[str, Any] | None =
   allow_config_change: resume rungs whose config changed in fields that change the
   computed function or the data order (see depthscale.training.resume).
   In a learning-rate sweep (ladder.lr_sweep) a diverged stage-1 rung is recorded and the
-  ladder goes on; a stage-2 rung trains at the best stage-1 rate (depthscale.sweep)."""
+  ladder goes on; an extension rung trains past the edge of the rates before it or, not
+  needed, trains nothing; a stage-2 rung trains at the best stage-1 rate (depthscale.sweep)."""
   resolved = resolve(config_arg, overrides, rung)
   path, arg = split_arg(config_arg)
   stage1 = {n for r in rungs_of(load_module(path), arg) for n in r.best_lr_of}
@@ -168,7 +169,7 @@ def run_ladder(config_arg: str, workdir: str, overrides: dict[str, Any] | None =
     raise config_lib.ConfigError('optim.lr (command line) cannot be set: this ladder sweeps it')
   selected = {r.name for r, _ in resolved}
   for r, cfg in resolved:
-    missing = [n for n in sweep.unfinished(workdir, r.best_lr_of) if n not in selected]
+    missing = [n for n in sweep.unfinished(workdir, r.needs) if n not in selected]
     if missing:
       raise config_lib.ConfigError(f'--rung={r.name} needs its finished learning-rate sweep: '
                                    f'{", ".join(missing)} not finished in {workdir}')
@@ -181,6 +182,13 @@ def run_ladder(config_arg: str, workdir: str, overrides: dict[str, Any] | None =
     if r.best_lr_of:
       cfg.optim.lr = sweep.choose(workdir, r.name, r.best_lr_of)
       print(f'rung {r.name}: best rate of the sweep lr={cfg.optim.lr:g}', flush=True)
+    if r.extension:
+      lr = sweep.extend(workdir, r.name, r.extension)
+      if lr is None:
+        print(f'rung {r.name}: not needed, the best rate of its sweep is inside it', flush=True)
+        continue
+      cfg.optim.lr = lr
+      print(f'rung {r.name}: past the edge of its sweep lr={lr:g}', flush=True)
     if r.name in stage1 and sweep.final_loss(rung_dir) == float('inf'):
       continue  # diverged before: the worst rate of its sweep
     try:

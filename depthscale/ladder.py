@@ -1,6 +1,7 @@
 """Ladders: explicit tables of rungs (name -> config overrides) and helpers for the
 usual shapes (depth sweep at fixed width; width-depth sweep at a fixed budget; a
-learning-rate sweep per variant, then seeds at each variant's best rate)."""
+learning-rate sweep per variant, optionally extended past the edge of its grid, then seeds
+at each variant's best rate)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,15 @@ SEED = re.compile(r'_s(\d+)(?=_|$)')  # a rung name's seed part: '<variant>_s<k>
 
 
 @dataclasses.dataclass(frozen=True)
+class Extension:
+  """A learning-rate sweep's rung past the edge of its grid (lr_sweep's extend): its rate is
+  decided when it starts from the finished stage-1 rungs `after` (depthscale.sweep.extend)."""
+  after: tuple[str, ...]  # the grid's rungs, then the earlier extensions
+  up: float  # the grid's step above its highest rate: the ratio of its two highest
+  down: float  # and below its lowest: the ratio of its two lowest
+
+
+@dataclasses.dataclass(frozen=True)
 class Rung:
   """One run of a ladder: its directory name and the config fields it overrides."""
   name: str
@@ -21,6 +31,12 @@ class Rung:
   info: dict[str, Any] = dataclasses.field(default_factory=dict)  # e.g. the achieved budget
   # stage 2 of lr_sweep: trains at the optim.lr of the best of these finished rungs
   best_lr_of: tuple[str, ...] = ()
+  extension: Extension | None = None  # a stage-1 rung of lr_sweep past the edge of its grid
+
+  @property
+  def needs(self) -> tuple[str, ...]:
+    """The rungs that must have finished before this one starts."""
+    return self.best_lr_of + (self.extension.after if self.extension else ())
 
 
 def block_params(d_model: int, num_layers: int, *, mlp_ratio: float = 4.0, mlp: str = 'gelu',
@@ -82,7 +98,7 @@ def lr_name(rate: float) -> str:
 
 
 def lr_sweep(variants: dict[str, dict[str, Any]], rates: list[float],
-             seeds: int = 3) -> list[Rung]:
+             seeds: int = 3, extend: int = 0) -> list[Rung]:
   """A learning-rate sweep of each variant (name -> overrides), then seeds at its best rate.
 
   Stage 1: '<variant>_lr<rate>' (lr_name) at every rate, train.seed 0. Stage 2:
@@ -91,14 +107,28 @@ def lr_sweep(variants: dict[str, dict[str, Any]], rates: list[float],
   results in the ladder directory and recorded in its best_lr.json (depthscale.sweep). The
   stage-2 seeds are fresh: the selected stage-1 run is not one of them. Warmup and schedule
   stay as the config sets them.
+
+  extend = K > 0 adds K stage-1 rungs '<variant>_lr_ext<k>' after the grid, each deciding
+  its rate when it starts from the finished stage-1 rungs before it (depthscale.sweep.extend,
+  recorded in its lr_extension.json): where the best of them is at the highest rate measured,
+  it trains at that rate times the grid's step (the ratio of its two highest rates); at the
+  lowest (or where every one diverged), at that rate divided by the step (of the two lowest);
+  inside, it is not needed and trains nothing. A diverged extension counts as worst, so the
+  ones after it are not needed. Stage 2 chooses among the extensions that trained too.
   """
   names = [lr_name(r) for r in rates]
   if len(rates) < 2 or len(set(names)) < len(rates) or min(rates) <= 0 or seeds < 1:
     raise ValueError(f'rates={rates}, seeds={seeds}: allowed >= 2 distinct positive rates '
                      f'(2 significant digits) and seeds >= 1')
+  if not isinstance(extend, int) or isinstance(extend, bool) or extend < 0:
+    raise ValueError(f'extend={extend!r}: allowed an int >= 0')
+  grid = sorted(rates)
   rungs = []
   for v, o in variants.items():
     sweep = [Rung(f'{v}_{n}', {**o, 'optim.lr': r, 'train.seed': 0}) for n, r in zip(names, rates)]
+    for k in range(1, extend + 1):
+      sweep.append(Rung(f'{v}_lr_ext{k}', {**o, 'train.seed': 0}, extension=Extension(
+          tuple(r.name for r in sweep), grid[-1] / grid[-2], grid[1] / grid[0])))
     rungs += sweep + [Rung(f'{v}_best_s{k}', {**o, 'train.seed': k},
                            best_lr_of=tuple(r.name for r in sweep)) for k in range(1, seeds + 1)]
   return rungs

@@ -59,6 +59,9 @@ def test_a_best_rate_at_the_edge_of_its_sweep_is_said(tmp_path):
   grids = {'a': ('3e-4', '1e-3', '3e-3'), 'b': ('1e-3', '3e-3', '1e-2')}  # best 1e-3: inside, lowest
   for v, rates in grids.items():
     losses = {f'{v}_lr{r}': 2.7 if r == '1e-3' else 2.8 for r in rates}
+    for name, r in zip(losses, rates):  # the stage-1 rungs' configs give the rates
+      os.makedirs(tmp_path / name)
+      (tmp_path / name / 'config.json').write_text(json.dumps({'optim': {'lr': float(r)}}))
     for k in (1, 2, 3):
       (tmp_path / f'{v}_best_s{k}' / 'best_lr.json').write_text(json.dumps(
           {'lr': 1e-3, 'from': f'{v}_lr1e-3', 'losses': losses}))

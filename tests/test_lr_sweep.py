@@ -1,5 +1,6 @@
 """Learning-rate sweeps as a ladder feature (ladder.lr_sweep, depthscale.sweep) and their
-results: best-rate selection, Student-t intervals and the separated-interval ranking."""
+results: best-rate selection, extensions past the edge of the grid, Student-t intervals and
+the separated-interval ranking."""
 
 import json
 import math
@@ -13,7 +14,7 @@ from scipy import stats
 
 from depthscale import compare, experiment, results, sweep
 from depthscale.errors import ConfigError
-from depthscale.ladder import lr_name, lr_sweep
+from depthscale.ladder import Extension, lr_name, lr_sweep
 from depthscale.results import intervals
 
 EXPERIMENT = '''
@@ -30,12 +31,13 @@ def get_config(arg=None):
   return c
 
 def get_ladder(arg=None):
-  return lr_sweep({'pre': {'model.block': 'pre_ln'}}, [1e-2, 1e38], seeds=1)
+  return lr_sweep({'pre': {'model.block': 'pre_ln'}}, [1e-2, 1e38], seeds=1, extend=2)
 '''
+GRID = {'a_lr1e-3': 1e-3, 'a_lr3e-3': 3e-3, 'a_lr1e-2': 1e-2}  # steps: 3 below, 10/3 above
 
 
 def write_rung(ladder, name, lr, loss=None, diverged=False):
-  os.makedirs(ladder / name)
+  os.makedirs(ladder / name, exist_ok=True)
   (ladder / name / 'config.json').write_text(json.dumps({'optim': {'lr': lr}}))
   if diverged:
     sweep.record_divergence(str(ladder / name), 'non-finite loss at step 3')
@@ -53,6 +55,62 @@ def test_rung_names_and_stages():
   assert rungs[3].best_lr_of == ('a_lr1e-3', 'a_lr3e-3') and not rungs[0].best_lr_of
   with pytest.raises(ValueError, match='distinct positive rates'):
     lr_sweep({'a': {}}, [1e-3, 1.001e-3])
+
+
+def test_extension_rungs_follow_the_grid_and_join_stage_2():
+  rungs = lr_sweep({'a': {'model.block': 'pre_ln'}}, [3e-3, 1e-3, 1e-2], seeds=1, extend=2)
+  assert [r.name for r in rungs] == ['a_lr3e-3', 'a_lr1e-3', 'a_lr1e-2', 'a_lr_ext1', 'a_lr_ext2',
+                                     'a_best_s1']
+  ext1, ext2 = rungs[3].extension, rungs[4].extension
+  assert ext1.after == ('a_lr3e-3', 'a_lr1e-3', 'a_lr1e-2') and ext2.after == ext1.after + ('a_lr_ext1',)
+  assert ext2.up == pytest.approx(10 / 3) and ext2.down == pytest.approx(3)
+  assert rungs[3].overrides == {'model.block': 'pre_ln', 'train.seed': 0}  # its rate: decided at start
+  assert rungs[5].best_lr_of == tuple(r.name for r in rungs[:5]) == rungs[5].needs
+  assert rungs[4].needs == ext2.after and rungs[0].extension is None and not rungs[0].needs
+  for bad in (-1, 1.5, True, '2'):
+    with pytest.raises(ValueError, match=r'^extend=.*: allowed an int >= 0$'):
+      lr_sweep({'a': {}}, [1e-3, 3e-3], extend=bad)
+
+
+@pytest.mark.parametrize('losses, lr, best', [
+    ((3.0, 2.9, 2.8), 1e-2 * 10 / 3, 'a_lr1e-2'),  # best at the top: one step above it
+    ((2.8, 2.9, 3.0), 1e-3 / 3, 'a_lr1e-3'),  # at the bottom: one step below
+    ((2.9, 2.8, 3.0), None, 'a_lr3e-3'),  # inside: not needed
+    ((None, None, None), 1e-3 / 3, 'a_lr1e-3'),  # every rate diverged: below the lowest
+])
+def test_an_extension_goes_past_the_edge_the_best_rate_is_at(tmp_path, losses, lr, best):
+  for (name, rate), loss in zip(GRID.items(), losses):
+    write_rung(tmp_path, name, rate, loss=loss, diverged=loss is None)
+  ext = Extension(tuple(GRID), up=1e-2 / 3e-3, down=3e-3 / 1e-3)
+  chosen = sweep.extend(str(tmp_path), 'a_lr_ext1', ext)
+  assert chosen == (lr and pytest.approx(lr, rel=1e-12))
+  record = json.loads((tmp_path / 'a_lr_ext1' / sweep.EXTENSION_FILE).read_text())
+  assert record == {'needed': lr is not None, 'lr': chosen, 'from': best,
+                    'losses': dict(zip(GRID, losses))}
+  assert sweep.not_needed(str(tmp_path / 'a_lr_ext1')) == (lr is None)
+  assert sweep.unfinished(str(tmp_path), ('a_lr_ext1',)) == ([] if lr is None else ['a_lr_ext1'])
+
+
+def test_extensions_go_on_until_one_diverges_and_stage_2_chooses_among_them(tmp_path):
+  rungs = lr_sweep({'a': {}}, list(GRID.values()), seeds=1, extend=3)
+  ext1, ext2, ext3 = (r.extension for r in rungs[3:6])
+  ladder = str(tmp_path)
+  for (name, rate), loss in zip(GRID.items(), (3.0, 2.9, 2.8)):
+    write_rung(tmp_path, name, rate, loss=loss)
+  with pytest.raises(ConfigError, match='a_best_s1 needs its finished learning-rate sweep: a_lr_ext1, '):
+    sweep.choose(ladder, 'a_best_s1', rungs[6].best_lr_of)
+  lr1 = sweep.extend(ladder, 'a_lr_ext1', ext1)
+  write_rung(tmp_path, 'a_lr_ext1', lr1, loss=2.7)  # lower still: the next one goes further up
+  lr2 = sweep.extend(ladder, 'a_lr_ext2', ext2)
+  assert lr1 == 1e-2 * ext1.up and lr2 == lr1 * ext2.up
+  write_rung(tmp_path, 'a_lr_ext2', lr2, diverged=True)  # the edge diverges: stop there
+  assert sweep.extend(ladder, 'a_lr_ext3', ext3) is None
+  assert sweep.choose(ladder, 'a_best_s1', rungs[6].best_lr_of) == lr1
+  record = json.loads((tmp_path / 'a_best_s1' / sweep.CHOICE_FILE).read_text())
+  assert record['from'] == 'a_lr_ext1' and list(record['losses']) == list(GRID) + ['a_lr_ext1',
+                                                                                  'a_lr_ext2']
+  write_rung(tmp_path, 'a_lr_ext1', lr1, loss=9.0)  # a rerun keeps the rate recorded at start
+  assert sweep.extend(ladder, 'a_lr_ext2', ext2) == lr2
 
 
 def test_best_rate_counts_diverged_and_non_finite_as_worst(tmp_path):
@@ -93,12 +151,17 @@ def test_ranking_orders_only_separated_intervals():
   loss = {'a': [2.00, 2.01, 2.02], 'b': [2.50, 2.52, 2.51], 'c': [2.4, 2.7, 2.55]}
   summaries = pd.DataFrame([{'rung': f'{v}_best_s{k + 1}', 'final_eval_loss': x}
                             for v, xs in loss.items() for k, x in enumerate(xs)])
-  table = intervals.sweep_table(choices, summaries)
+  table = intervals.sweep_table(choices, summaries, pd.DataFrame(columns=['rung', 'optim.lr']))
   assert list(table.variant) == ['a', 'b', 'c'] and list(table['rank']) == [1, 2, 2]
   assert list(table.seeds) == [3, 3, 3] and list(table.rates) == [2, 2, 2]
-  assert list(table.edge) == ['', '', '']  # rung names without rates: no grid to be at the edge of
+  assert list(table.edge) == ['', '', '']  # stage-1 rungs without configs: no rates to be at the edge of
+  configs = pd.DataFrame({'rung': ['v_lr1e-3', 'v_lr3e-3', 'v_lr1e-2', 'v_lr_ext1', 'v_lr_ext2'],
+                          'optim.lr': [1e-3, 3e-3, 1e-2, 1e-2 * 10 / 3, 1e-2 * (10 / 3) ** 2]})
   grid = {'v_lr1e-3': 2.0, 'v_lr3e-3': 1.9, 'v_lr1e-2': None}  # a diverged rate is in the grid
-  assert [intervals.edge(r, grid) for r in (1e-3, 3e-3, 1e-2)] == ['lowest', '', 'highest']
+  assert [intervals.edge(r, grid, configs) for r in (1e-3, 3e-3, 1e-2)] == ['lowest', '', 'highest']
+  extended = {**grid, 'v_lr1e-2': 1.8, 'v_lr_ext1': 1.7}  # the best an extension: still an edge
+  assert intervals.edge(1e-2 * 10 / 3, extended, configs) == 'highest'
+  assert intervals.edge(1e-2 * 10 / 3, {**extended, 'v_lr_ext2': None}, configs) == ''
   assert table.set_index('variant').lr.to_dict() == {'a': 1e-3, 'b': 3e-3, 'c': 1e-2}
   assert intervals.ranking(table) == ['a < b', 'a < c', 'b ~ c (tied)']
 
@@ -115,25 +178,43 @@ def test_sweep_view_lists_every_pair_only_for_a_few_variants():
                   'lies wholly below its own')
 
 
-def test_sweep_runs_resumes_and_selects_rungs(tmp_path, capsys):
+def test_an_extended_sweep_runs_resumes_and_selects_rungs(tmp_path, capsys):
   path = tmp_path / 'sweep.py'
   path.write_text(EXPERIMENT)
   ladder = str(tmp_path / 'ladder')
   with pytest.raises(ConfigError, match=r'^--rung=pre_best_s1 needs its finished learning-rate '
-                                        r'sweep: pre_lr1e-2, pre_lr1e38 not finished in'):
+                                        r'sweep: pre_lr1e-2, pre_lr1e38, pre_lr_ext1, pre_lr_ext2 '
+                                        r'not finished in'):
     experiment.run_ladder(str(path), ladder, rung='pre_best_s1')
+  with pytest.raises(ConfigError, match=r'^--rung=pre_lr_ext2 needs its finished learning-rate '
+                                        r'sweep: pre_lr1e-2, pre_lr1e38, pre_lr_ext1 not finished in'):
+    experiment.run_ladder(str(path), ladder, rung='pre_lr_ext2')
   with pytest.raises(ConfigError, match='optim.lr .command line. cannot be set'):
     experiment.run_ladder(str(path), ladder, {'optim.lr': 1e-3})
   rows = experiment.run_ladder(str(path), ladder)
-  assert [r['rung'] for r in rows] == ['pre_lr1e-2', 'pre_best_s1']
+  assert [r['rung'] for r in rows] == ['pre_lr1e-2', 'pre_lr_ext1', 'pre_best_s1']
   assert os.path.exists(os.path.join(ladder, 'pre_lr1e38', sweep.DIVERGED_FILE))
+  out = capsys.readouterr().out
+  assert 'pre_lr1e38: diverged, the worst rate' in out and 'rung pre_lr_ext2: not needed' in out
+  ext1 = json.load(open(os.path.join(ladder, 'pre_lr_ext1', sweep.EXTENSION_FILE)))
+  assert ext1['needed'] and ext1['from'] == 'pre_lr1e-2'  # 1e38 diverged: 1e-2 best, the lowest
+  assert ext1['lr'] == 1e-2 / (1e38 / 1e-2) == sweep.rate(ladder, 'pre_lr_ext1')
+  ext2 = open(os.path.join(ladder, 'pre_lr_ext2', sweep.EXTENSION_FILE)).read()
+  assert json.loads(ext2)['needed'] is False and json.loads(ext2)['from'] == 'pre_lr1e-2'
+  assert os.listdir(os.path.join(ladder, 'pre_lr_ext2')) == [sweep.EXTENSION_FILE]  # not trained
+  choice = json.load(open(os.path.join(ladder, 'pre_best_s1', sweep.CHOICE_FILE)))
+  assert list(choice['losses']) == ['pre_lr1e-2', 'pre_lr1e38', 'pre_lr_ext1']
   cfg = json.load(open(os.path.join(ladder, 'pre_best_s1', 'config.json')))
   assert cfg['optim']['lr'] == 1e-2 and cfg['train']['seed'] == 1
-  assert 'pre_lr1e38: diverged, the worst rate' in capsys.readouterr().out
+  trained = os.stat(os.path.join(ladder, 'pre_lr_ext1', 'summary.json')).st_mtime_ns
+  assert experiment.run_ladder(str(path), ladder) == rows  # finished: nothing redone
+  assert os.stat(os.path.join(ladder, 'pre_lr_ext1', 'summary.json')).st_mtime_ns == trained
+  assert open(os.path.join(ladder, 'pre_lr_ext2', sweep.EXTENSION_FILE)).read() == ext2
   again = experiment.run_ladder(str(path), ladder, rung='pre_best_s1')  # finished: skipped
-  assert again == rows[1:]
-  sweep_table = results.load(ladder).sweep()
-  assert sweep_table.to_dict('records') == [{
-      'variant': 'pre', 'lr': 1e-2, 'rates': 2, 'edge': 'lowest', 'seeds': 1, 'mean': rows[1]['eval_loss'],
+  assert again == rows[2:]
+  res = results.load(ladder)
+  assert 'pre_lr_ext2' not in set(res.configs.rung)
+  assert res.sweep().to_dict('records') == [{
+      'variant': 'pre', 'lr': 1e-2, 'rates': 3, 'edge': '', 'seeds': 1, 'mean': rows[2]['eval_loss'],
       'low': pytest.approx(np.nan, nan_ok=True), 'high': pytest.approx(np.nan, nan_ok=True),
-      'rank': 1}]
+      'rank': 1}]  # the extension below 1e-2 did worse: 1e-2 is no longer the lowest rate

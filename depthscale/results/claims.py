@@ -373,10 +373,12 @@ def final_values(res: Results, metric: str = LOSS) -> pd.Series:
 
 def variant_stats(res: Results, metric: str = LOSS) -> pd.DataFrame:
   """Per variant (index): seeds, mean, low, high (of final_values, 95% Student-t), lr,
-  edge (of a swept variant whose best rate is its grid's lowest or highest: intervals.edge),
+  edge (of a swept variant whose best rate is the lowest or highest it measured, extensions
+  past its grid included: intervals.edge),
   L, D, params (non-embedding), tokens, data."""
   cfg = res.configs.set_index('rung')
-  edges = {intervals.variant(c.rung): intervals.edge(c.lr, c.losses) for c in res.choices.itertuples()}
+  edges = {intervals.variant(c.rung): intervals.edge(c.lr, c.losses, res.configs)
+           for c in res.choices.itertuples()}
   values = final_values(res, metric)
   done = res.summaries[res.summaries.rung.isin(values.index)]
   rows = []

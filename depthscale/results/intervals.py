@@ -41,13 +41,14 @@ def order(a: tuple[float, float], b: tuple[float, float]) -> int:
   return -1 if a[1] < b[0] else 1 if a[0] > b[1] else 0
 
 
-def sweep_table(choices: pd.DataFrame, summaries: pd.DataFrame,
+def sweep_table(choices: pd.DataFrame, summaries: pd.DataFrame, configs: pd.DataFrame,
                 level: float = LEVEL) -> pd.DataFrame:
-  """One row per swept variant: variant, lr (its best rate), rates (stage-1 rates compared),
-  edge ('lowest' / 'highest' where the best rate is the grid's: the optimum may lie beyond
-  it; '' inside), seeds (finished stage-2 rungs), mean, low, high (final eval loss, `level` Student-t
-  interval over the seeds), rank (1 + the variants whose interval lies wholly below). From
-  Results.choices (the stage-2 rungs' best_lr.json) and Results.summaries."""
+  """One row per swept variant: variant, lr (its best rate), rates (stage-1 rates compared,
+  extensions past the grid included), edge ('lowest' / 'highest' where the best rate is the
+  lowest / highest of those: the optimum may lie beyond it; '' inside), seeds (finished
+  stage-2 rungs), mean, low, high (final eval loss, `level` Student-t interval over the
+  seeds), rank (1 + the variants whose interval lies wholly below). From Results.choices (the
+  stage-2 rungs' best_lr.json), Results.summaries and Results.configs (the rates)."""
   loss = summaries.set_index('rung')['final_eval_loss'] if len(summaries) else pd.Series()
   rows = []
   for name, g in choices.groupby(choices.rung.map(variant), sort=False):
@@ -55,7 +56,7 @@ def sweep_table(choices: pd.DataFrame, summaries: pd.DataFrame,
     if seeds:
       mean, low, high = t_interval(seeds, level)
       rows.append({'variant': name, 'lr': g.lr.iloc[0], 'rates': len(g.losses.iloc[0]),
-                   'edge': edge(g.lr.iloc[0], g.losses.iloc[0]),
+                   'edge': edge(g.lr.iloc[0], g.losses.iloc[0], configs),
                    'seeds': len(seeds), 'mean': mean, 'low': low, 'high': high})
   out = pd.DataFrame(rows, columns=COLUMNS[:-1])
   out['rank'] = [1 + sum(order((l2, h2), (l, h)) < 0 for l2, h2 in zip(out.low, out.high))
@@ -63,10 +64,11 @@ def sweep_table(choices: pd.DataFrame, summaries: pd.DataFrame,
   return out.sort_values(['rank', 'mean'], ignore_index=True)
 
 
-def edge(best: float, losses: dict) -> str:
-  """'lowest' / 'highest' if best is the lowest / highest rate of the stage-1 rungs
-  '<variant>_lr<rate>' in losses, else ''."""
-  rates = [float(name.rsplit('_lr', 1)[1]) for name in losses if '_lr' in name]
+def edge(best: float, losses: dict, configs: pd.DataFrame) -> str:
+  """'lowest' / 'highest' if best is the lowest / highest rate (optim.lr in configs, one row
+  per rung) of the stage-1 rungs in losses, the grid's and its extensions', else ''."""
+  lr = configs.set_index('rung')['optim.lr']
+  rates = [lr[name] for name in losses if name in lr.index]
   if len(rates) < 2:
     return ''
   return 'lowest' if best <= min(rates) else 'highest' if best >= max(rates) else ''

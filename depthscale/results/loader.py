@@ -27,7 +27,9 @@ class Results:
   scalars: long format, one row per (rung, step, tag) from the train, eval and analysis logs.
   choices: one row per stage-2 rung of a learning-rate sweep (ladder.lr_sweep): rung, lr
     (the best rate it trained at), from (the stage-1 rung chosen), losses (stage-1 rung ->
-    final eval loss, None if diverged), from its best_lr.json.
+    final eval loss, None if diverged; extensions that trained included), from its
+    best_lr.json. A not-needed extension rung trained nothing: it has no config.json and
+    appears in no frame.
   """
   configs: pd.DataFrame
   summaries: pd.DataFrame
@@ -59,7 +61,7 @@ class Results:
   def sweep(self, level: float = intervals.LEVEL) -> pd.DataFrame:
     """Per variant of a learning-rate sweep: its best rate, seeds, mean final eval loss with
     a Student-t interval, and rank (intervals.sweep_table); empty without a sweep."""
-    return intervals.sweep_table(self.choices, self.summaries, level)
+    return intervals.sweep_table(self.choices, self.summaries, self.configs, level)
 
   def ranking(self, fractions: tuple[float, ...] = rankings.FRACTIONS) -> rankings.Ranking:
     """The finished rungs' variants ranked by mean eval loss over seeds at the eval logged
