@@ -20,9 +20,9 @@ RULES = (claims.Claim('m', 'p', 'a beats b', 'n/a', 'exp', claims.Below('a', 'b'
          claims.Claim('m', 'p', 'a beside b', 'n/a', 'exp', claims.Reference('a', 'b')))
 
 
-def ladder(path, losses: dict[str, list[float]], name=lambda v, k: f'{v}_s{k}'):
+def ladder(path, losses: dict[str, list[float]], name=lambda v, k: f'{v}_s{k}', tokens=lambda v: 12000):
   """A ladder directory of finished rungs name(variant, k) ('<variant>_s<k>') with the given
-  final eval losses."""
+  final eval losses, trained on tokens(variant) tokens."""
   for v, values in losses.items():
     for k, loss in enumerate(values):
       d = path / name(v, k)
@@ -31,7 +31,7 @@ def ladder(path, losses: dict[str, list[float]], name=lambda v, k: f'{v}_s{k}'):
           'model': {'num_layers': 2, 'd_model': 16}, 'data': {'seq_len': 16, 'source': 'grammar'},
           'optim': {'lr': 1e-3}, 'train': {'seed': k}}))
       (d / 'summary.json').write_text(json.dumps({
-          'final_eval_loss': loss, 'non_embedding_params': 6000, 'tokens': 12000}))
+          'final_eval_loss': loss, 'non_embedding_params': 6000, 'tokens': tokens(v)}))
   return loader.load(str(path))
 
 
@@ -83,6 +83,29 @@ def test_a_rule_on_an_analysis_scalar_reads_its_last_value(tmp_path):
   assert row.rule.startswith('effective_depth/skip: a below b')
   loss = claims.evaluate({('exp', 'tiny'): loader.load(str(tmp_path))}, (RULES[0],)).iloc[0]
   assert loss.verdict == claims.NOT_AT_SIZE  # equal losses
+
+
+LOW, HIGH, WIDE = [2.0, 2.01, 2.02], [2.5, 2.51, 2.52], [1.5, 2.25, 3.0]
+
+
+@pytest.mark.parametrize('dyt_small, ln_small, ln_large, dyt_large, verdict', [
+    (LOW, HIGH, LOW, HIGH, claims.REPRODUCES),  # helps at the small budget, hurts at the large
+    (HIGH, LOW, LOW, HIGH, claims.CONTRADICTS),  # hurts at the small budget
+    (LOW, HIGH, HIGH, LOW, claims.CONTRADICTS),  # helps at the large budget
+    (LOW, HIGH, WIDE, HIGH, claims.NOT_AT_SIZE),  # only the small budget separates
+    (LOW, WIDE, LOW, HIGH, claims.NOT_AT_SIZE),  # only the large budget separates
+    (HIGH, WIDE, LOW, HIGH, claims.NOT_AT_SIZE),  # the other way only where nothing separates
+])
+def test_the_dyt_budget_row_needs_both_regimes(tmp_path, dyt_small, ln_small, ln_large, dyt_large, verdict):
+  losses = {'dyt_small': dyt_small, 'ln_small': ln_small, 'ln_large': ln_large, 'dyt_large': dyt_large}
+  res = ladder(tmp_path, losses, lambda v, k: f'{v}_best_s{k + 1}',  # lr_sweep's stage-2 names
+               lambda v: 600 if v.endswith('_small') else 12000)
+  row = claims.evaluate({('dyt_budget', 'cpu'): res}).set_index('measured_by').loc['dyt_budget:cpu']
+  assert row.verdict == verdict
+  assert [m.split()[0] for m in row.measured.split('; ')] == list(losses)
+  assert row.tokens == '600 (0.1/param); 12,000 (2/param)'
+  assert row.rule == ('dyt_small below ln_small and ln_large below dyt_large, intervals separated '
+                      '(either the other way: contradicts; an overlap: does not at this size)')
 
 
 @pytest.mark.parametrize('best_at_l8, verdict', [
@@ -191,4 +214,6 @@ def test_every_rule_names_variants_of_its_ladder():
     if isinstance(c.rule, claims.Transfers):
       assert any(n.startswith(f'{c.rule.family}_{c.rule.axis}') for n in names), c.claim
     else:
-      assert {c.rule.a, c.rule.b} <= names, (c.claim, {c.rule.a, c.rule.b} - names)
+      pairs = (c.rule.first, c.rule.second) if isinstance(c.rule, claims.Both) else (c.rule,)
+      named = {v for p in pairs for v in (p.a, p.b)}
+      assert named <= names, (c.claim, named - names)

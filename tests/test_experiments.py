@@ -91,3 +91,21 @@ def test_a_text_size_not_offered_is_refused():
   with pytest.raises(ConfigError, match=r"'paper-text' is invalid: allowed natural-text sizes smoke-text, cpu-text"):
     experiment.resolve(f'{cod}:paper-text')
   assert ladder.split_seed('pre_ln_s12_d64_L8') == ('pre_ln', 12) and ladder.split_seed('L8') == ('L8', None)
+
+
+def test_dyt_budget_varies_the_norm_and_the_budget_it_states():
+  """dyt_budget's variants differ in model.norm and the step count only, at the tokens per
+  non-embedding parameter its docstring states."""
+  path = os.path.join(ROOT, 'experiments', 'dyt_budget.py')
+  words = ' '.join(experiment.load_module(path).__doc__.split())
+  first = {r.name: c for r, c in experiment.resolve(f'{path}:cpu') if r.name.endswith('_lr1e-3')}
+  assert sorted(first) == ['dyt_large_lr1e-3', 'dyt_small_lr1e-3', 'ln_large_lr1e-3', 'ln_small_lr1e-3']
+  flat = {n: {f'{s}.{k}': v for s, d in c.to_dict().items() for k, v in d.items()} for n, c in first.items()}
+  base = flat['ln_small_lr1e-3']
+  assert {k for c in flat.values() for k, v in c.items() if v != base[k]} == {
+      'model.norm', 'train.steps', 'train.log_every', 'train.eval_every', 'train.checkpoint_every',
+      'optim.warmup_steps'}
+  for cfg in first.values():
+    tokens = cfg.train.steps * cfg.data.batch_size * cfg.data.seq_len
+    ratio = natural_text.tokens_per_param(cfg)
+    assert f'{cfg.train.steps} steps ({tokens:,} tokens, {ratio:.2g} per non-embedding parameter' in words

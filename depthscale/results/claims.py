@@ -87,6 +87,27 @@ class Reference(_Pair):
 
 
 @dataclasses.dataclass(frozen=True)
+class Both:
+  """Two Below rules that must hold together (a claim over two regimes, e.g. a below b at a
+  small budget and above it at a large one): reproduces where both do, contradicts where
+  either separates the other way, does not at this size otherwise (an overlap)."""
+  first: Below
+  second: Below
+
+  def shown(self, stats: pd.DataFrame) -> list[str]:
+    return self.first.shown(stats) + self.second.shown(stats)
+
+  def decide(self, stats: pd.DataFrame) -> str:
+    verdicts = {self.first.decide(stats), self.second.decide(stats)}
+    return (CONTRADICTS if CONTRADICTS in verdicts else
+            REPRODUCES if verdicts == {REPRODUCES} else NOT_AT_SIZE)
+
+  def describe(self) -> str:
+    return (f'{self.first.a} below {self.first.b} and {self.second.a} below {self.second.b}, '
+            'intervals separated (either the other way: contradicts; an overlap: does not at this size)')
+
+
+@dataclasses.dataclass(frozen=True)
 class Transfers:
   """The loss-minimizing rate of a family's rungs '<family>_<axis><size>_lr<rate>' is the same
   at every size along the axis (AXES: 'L' depth, 'd' width): reproduces where it is, does not
@@ -136,7 +157,7 @@ class Claim:
   claim: str
   reported: str
   experiment: str = ''
-  rule: Below | NotAbove | Reference | Transfers | None = None
+  rule: Below | NotAbove | Reference | Both | Transfers | None = None
   metric: str = LOSS  # what the rule compares: the final eval loss, or an analysis scalar
 
 
@@ -210,7 +231,8 @@ CLAIMS: tuple[Claim, ...] = (
     C('Derf', DERF, 'Derf outperforms LayerNorm' + BEST, NO_NUMBER, SURVEY, Below('derf', 'pre_ln')),
     C('Derf', DERF, 'Derf outperforms DyT' + BEST, NO_NUMBER, SURVEY, Below('derf', 'dyt')),
     C('DyT', 'DyT is regime-dependent (2026)', 'DyT helps at small token budgets, hurts at large',
-      'GPT-2 64M: -27.3% val loss at 1M tokens, +18.8% at 118M'),
+      'GPT-2 64M: -27.3% val loss at 1M tokens, +18.8% at 118M', 'dyt_budget',
+      Both(Below('dyt_small', 'ln_small'), Below('ln_large', 'dyt_large'))),
     C('ProRes', PRORES, 'progressive residual warmup lowers the final loss', NO_NUMBER,
       'repro_training_dynamics', Below('prores', 'pre_ln')),
     C('ProRes', PRORES, 'progressive residual warmup lowers the final loss' + BEST, NO_NUMBER,
@@ -406,8 +428,8 @@ def evaluate(runs: dict[tuple[str, str], Results],
              table: tuple[Claim, ...] = CLAIMS) -> pd.DataFrame:
   """One row per (claim, run of its experiment), or one 'not measured' row per claim with
   none: method, paper, claim, reported, measured_by (experiment:size), rule, size, data,
-  tokens, measured (mean [interval] per variant), verdict. runs: (experiment, size) -> its
-  loaded ladder."""
+  tokens (each budget of the variants shown), measured (mean [interval] per variant),
+  verdict. runs: (experiment, size) -> its loaded ladder."""
   rows, cache = [], {}  # (run, metric) -> its variant_stats, computed once
   for c in table:
     rule = c.rule.describe() if c.rule else 'no experiment measures it yet'
@@ -423,8 +445,9 @@ def evaluate(runs: dict[tuple[str, str], Results],
       if v != NOT_MEASURED:
         shown = c.rule.shown(s)
         a = s.loc[shown[0]]
+        budgets = s.loc[shown].drop_duplicates('tokens').itertuples()
         row.update(size=f'L{a.L} d{a.D}, {a.params:,} non-emb params', data=a.data,
-                   tokens=f'{a.tokens:,} ({a.tokens / a.params:.2g}/param)',
+                   tokens='; '.join(f'{b.tokens:,} ({b.tokens / b.params:.2g}/param)' for b in budgets),
                    measured='; '.join(_measured(n, s.loc[n]) for n in shown))
       rows.append(row)
   return pd.DataFrame(rows)
