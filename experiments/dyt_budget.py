@@ -22,17 +22,20 @@ tokens, 0.1 per non-embedding parameter), large 400 steps (409,600 tokens, 2.1 p
 non-embedding parameter; natural_text.tokens_per_param, the same to 2 digits for both
 norms). smoke: L 2, d 16, T 16, batch 4, 4 and 16 steps, 2 rates, 1 seed.
 
-Runtime: cpu: 32 rungs (4 variants x (4 rates, 1 extension, 3 seeds)); ESTIMATED from one
-rung of each budget, not measured end to end: dyt_small_lr3e-3 47 s, dyt_large_lr3e-3 76 s,
-each as its own process pinned to one core (taskset -c 0) of the 2-core machine beside other
-jobs (load average 4.3-5.3), so at most 16 x 47 s + 16 x 76 s = 33 min (an extension that is
-not needed trains nothing). smoke: 16 rungs in 8.7 min on one core (load average 3.9-4.8),
-mostly compilation.
-Expected result: not yet run at cpu. The claim reproduces where DyT's interval lies wholly
-below LayerNorm's at the small budget and wholly above it at the large one (its row's rule:
-claims.Both of two claims.Below). At one budget, ~1.5 tokens per non-embedding parameter (L 8,
-d 32, 3 seeds at each best rate), experiments/method_survey.py measured DyT's mean 3.24 above
-Pre-LN's 2.94 [2.56, 3.32], inside its interval.
+Runtime: cpu: 32 rungs (4 variants x (4 rates, 1 extension, 3 seeds)) in 18 min, one rung
+at a time in one process beside other jobs (load average 3.7-5.4): ~25 s a small rung, ~45 s
+a large one; no extension was needed. smoke: 16 rungs in 8.7 min on one core (load average
+3.9-4.8), mostly compilation.
+Expected result (measured, cpu; 3 seeds at each variant's best rate, every best rate
+inside its grid): at the small budget DyT 3.385 [3.321, 3.449] (lr 1e-2) against LayerNorm
+3.291 [3.249, 3.332] (lr 1e-2): DyT is not below, its mean is above and the intervals just
+overlap; at the large budget DyT 3.277 [3.198, 3.355] (lr 1e-2) against LayerNorm 2.041
+[2.014, 2.069] (lr 3e-3): DyT far above. So "hurts at large" holds and "helps at small"
+does not: the row's verdict is "does not at this size" (its rule: claims.Both of two
+claims.Below, DyT wholly below LayerNorm at the small budget and wholly above at the large
+one). At ~1.5 tokens per
+non-embedding parameter (L 8, d 32, 3 seeds at each best rate), experiments/method_survey.py
+measured DyT's mean 3.24 above Pre-LN's 2.94 [2.56, 3.32], inside its interval.
 """
 
 from depthscale.experiment import study_config
