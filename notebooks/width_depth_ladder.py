@@ -32,8 +32,9 @@
 # reaches the perplexity of much deeper Transformers.
 #
 # **Full-size configuration.** `SIZE = 'paper'`: a ~100M non-embedding budget swept over
-# L = 6 ... 96 (head dim 64), seq 1024, batch 256, 20k steps, on a text corpus
-# (`--config.data.source=text:GLOB`). The default `cpu` size sweeps (d128, L2),
+# L = 6 ... 96 (head dim 64) in LLaMA's block (RMSNorm, SwiGLU, RoPE, a 32,000-token
+# vocabulary), seq 1024, batch 256, 20k steps; experiments/repro_width_depth_ladder.py gives
+# the `prepare` command for a corpus. The default `cpu` size sweeps (d128, L2),
 # (d64, L8), (d32, L32) at a ~400k budget for 300 steps with 3 seeds;
 # `DEPTHSCALE_SMOKE=1` runs one seed at 60 steps and a smaller batch.
 #
@@ -119,16 +120,12 @@ print('mechanism assertions passed')
 # %%
 from depthscale.results import claims
 
-EXPECTED = {
-    'smoke': {'hyper-connections beat the standard residual at equal size': claims.NOT_AT_SIZE,
-              'attention over earlier layers beats the fixed residual sum': claims.NOT_AT_SIZE,
-              'depth-weighted averages of past block outputs lower the loss': claims.NOT_AT_SIZE,
-              'at a fixed size, deep-narrow Pre-LN gains little or loses against wide-shallow': claims.REPRODUCES},
-    'cpu': {'hyper-connections beat the standard residual at equal size': claims.NOT_AT_SIZE,
-            'attention over earlier layers beats the fixed residual sum': claims.NOT_AT_SIZE,
-            'depth-weighted averages of past block outputs lower the loss': claims.NOT_AT_SIZE,
-            'at a fixed size, deep-narrow Pre-LN gains little or loses against wide-shallow': claims.REPRODUCES},
-}
+ROWS = {'hyper-connections beat the standard residual at equal size': claims.NOT_AT_SIZE,
+        'attention over earlier layers beats the fixed residual sum': claims.NOT_AT_SIZE,
+        'depth-weighted averages of past block outputs lower the loss': claims.NOT_AT_SIZE,
+        'at a fixed size, deep-narrow Pre-LN gains little or loses against wide-shallow':
+            claims.REPRODUCES}
+EXPECTED = {'smoke': ROWS, 'cpu': ROWS}  # the same verdicts at both sizes
 verdicts = notebook.claims_rows('repro_width_depth_ladder', SIZE, res, EXPECTED)
 
 # %% [markdown]

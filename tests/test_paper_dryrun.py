@@ -32,9 +32,9 @@ def _words(text: str) -> str:
 
 REPROS = sorted(glob.glob(os.path.join(ROOT, 'experiments', 'repro_*.py')))
 BYTE_VOCAB = 256  # the byte tokens of the smoke and cpu sizes
-LLAMA_STYLE = ('repro_curse_of_depth', 'repro_training_dynamics')  # papers that train LLaMA models
-# paper ladders whose paper size still trains on bytes (their records not yet re-recorded)
-BYTE_PAPER_SIZES = ('repro_depth_transfer', 'repro_width_depth_ladder')
+# paper sizes that are LLaMA models: the papers train LLaMA models (curse_of_depth,
+# training_dynamics) or their models are not known and LLaMA's block stands in
+LLAMA_STYLE = ('repro_curse_of_depth', 'repro_training_dynamics', 'repro_width_depth_ladder')
 
 
 def test_every_paper_ladder_has_a_record():
@@ -103,13 +103,7 @@ def test_every_record_is_of_its_ladders_vocabulary(path):
     assert report['params'] - report['non_embedding_params'] == _embedding_params(cfg), rung.name
 
 
-def _vocabulary_case(repro: str):
-  name = os.path.splitext(os.path.basename(repro))[0]
-  pending = pytest.mark.xfail(strict=True, reason='paper size still on the byte vocabulary')
-  return pytest.param(repro, id=name, marks=[pending] if name in BYTE_PAPER_SIZES else [])
-
-
-@pytest.mark.parametrize('repro', [_vocabulary_case(r) for r in REPROS])
+@pytest.mark.parametrize('repro', REPROS, ids=lambda r: os.path.splitext(os.path.basename(r))[0])
 def test_every_paper_size_has_a_tokenizers_vocabulary(repro):
   """Every rung of every paper ladder trains on a real tokenizer's tokens, not bytes."""
   vocab = {cfg.model.vocab_size for _, cfg in resolve(f'{repro}:paper')}
@@ -117,10 +111,10 @@ def test_every_paper_size_has_a_tokenizers_vocabulary(repro):
 
 
 @pytest.mark.parametrize('name', LLAMA_STYLE)
-def test_llama_papers_paper_size_is_a_llama_model(name):
-  """A paper that trains LLaMA models gets RMSNorm, SwiGLU, RoPE and LLaMA's vocabulary at its
-  paper size, recorded on TPU and on H100 (records of the current ladder: the tests above);
-  its cpu size keeps the byte vocabulary."""
+def test_llama_style_paper_sizes_are_llama_models(name):
+  """A LLaMA-style paper size has RMSNorm, SwiGLU, RoPE and LLaMA's vocabulary, recorded on
+  TPU and on H100 (records of the current ladder: the tests above); its cpu size keeps the
+  byte vocabulary."""
   config = f'experiments/{name}.py:paper'
   for _, cfg in resolve(os.path.join(ROOT, config)):
     block = {field: cfg.model[field] for field in LLAMA_BLOCK}
