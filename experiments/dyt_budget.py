@@ -33,9 +33,9 @@ overlap; at the large budget DyT 3.277 [3.198, 3.355] (lr 1e-2) against LayerNor
 [2.014, 2.069] (lr 3e-3): DyT far above. So "hurts at large" holds and "helps at small"
 does not: the row's verdict is "does not at this size" (its rule: claims.Both of two
 claims.Below, DyT wholly below LayerNorm at the small budget and wholly above at the large
-one). At ~1.5 tokens per
-non-embedding parameter (L 8, d 32, 3 seeds at each best rate), experiments/method_survey.py
-measured DyT's mean 3.24 above Pre-LN's 2.94 [2.56, 3.32], inside its interval.
+one). At ~1.5 tokens per non-embedding parameter (L 8, d 32, 3 seeds at each best rate),
+experiments/method_survey.py measured DyT's mean 3.24 above Pre-LN's 2.94 [2.56, 3.32],
+inside its interval.
 """
 
 from depthscale.experiment import study_config

@@ -11,32 +11,40 @@ designs, recurrence, training dynamics, optimizers; one per row of docs/methods.
 static / dynamic hyper-connections, of ResFormer / SVFormer / SATFormer, of the parallel
 blocks, of AttnRes / Block AttnRes and of the reference inits), each a change of the baseline
 `pre_ln` (Pre-LN, LayerNorm, GELU, standard residual, AdamW, normal init). ladder.lr_sweep:
-stage 1 trains every variant at 4 log-spaced rates (1e-3, 3e-3, 1e-2, 3e-2; seed 0), stage 2
-trains seeds 1..3 at the variant's best stage-1 rate. Data: python_docs (English prose,
+stage 1 trains every variant at 4 log-spaced rates (1e-3, 3e-3, 1e-2, 3e-2; seed 0) and, where
+the best of them is at the grid's edge, up to 2 rates past it (extend=2: 9e-2 then 0.27 above,
+3.3e-4 then 1.1e-4 below, each only while the best is still the outermost), stage 2 trains
+seeds 1..3 at the variant's best stage-1 rate. Data: python_docs (English prose,
 bytes), eval on 8 held-out batches. Size cpu: L 8, d 32, 2 heads, T 64, batch 8, 300 steps
 (153,600 tokens, ~1.5 per non-embedding parameter of the baseline), 10% warmup then cosine
 decay; `pre_ln` and `lns` also run the end-of-run analyses (effective depth, skip-one-block).
 smoke: 3 variants, 2 rates, 1 seed, L 2, 20 steps.
 
-Runtime: cpu: 364 rungs (52 variants x 7), 27-130 s each on the 2-core machine with two
-rungs training at once and other jobs running: 38 variants (266 rungs) in 2 h 17 min at load
-average 4.1-8.9 (mean 6.9), the other 14 (98 rungs) in 61 min at load 2.6-10.2 (mean 8.7).
+Runtime: cpu: 468 rungs (52 variants x 9), of which 386 train: 27-130 s each on the 2-core
+machine with two rungs training at once and other jobs running: the grid and the seeds (364
+rungs) of 38 variants in 2 h 17 min at load average 4.1-8.9 (mean 6.9), of the other 14 in
+61 min at load 2.6-10.2 (mean 8.7); then the extensions, added to that run directory: 22
+extension rungs and 6 stage-2 rungs again (where an extension became the best) in 35 min, one
+rung at a time beside other jobs (load average 4-9). The stage-2 rungs an extension did not
+change were kept, their choice re-made over the extended sweep (the same rate).
 Expected result (measured, cpu, all 52 variants, final eval loss, mean and 95% Student-t
 interval over 3 seeds at each best rate; the rows of docs/claims.md): baseline Pre-LN 2.94
 [2.56, 3.32] at 3e-2. Wholly below its interval: Muon 2.10 [2.06, 2.13], OSP 2.15 [2.04,
 2.26], DeepScaleLM's init 2.20 [2.16, 2.24], FixNorm 2.24 [2.15, 2.32], nGPT 2.28 [2.18,
 2.38], SimpleNorm 2.30 [2.24, 2.36] (all at 3e-2) and small init 2.31 [2.07, 2.56] at 1e-2.
 ScaleNorm without FixNorm's unit-norm embeddings ends at 2.74 [2.63, 2.84]. Without norms,
-ReLU 2.40 [2.23, 2.57] beats GELU 2.78 [2.73, 2.83]. Post-LN's best rate is the grid's
-lowest, 1e-3, with warmup 3.11 [3.03, 3.19] and without 3.09 [3.02, 3.16] (warmup changes
+ReLU 2.40 [2.23, 2.57] beats GELU 2.78 [2.73, 2.83]. Post-LN's best rate is 1e-3 (3.3e-4
+is worse), with warmup 3.11 [3.03, 3.19] and without 3.09 [3.02, 3.16] (warmup changes
 nothing at its best rate). DeepNorm 2.82 [2.46, 3.17], Mix-LN 2.91 [2.65, 3.17] and LNS 2.72
-[2.57, 2.87] overlap Pre-LN. DyT and Derf end at 3.25-3.31 at every rate (3.24 and 3.23 over
-the seeds). Looping 2 shared blocks 4 times ends at 3.14 [2.81, 3.48], relaxed with rank-4
-LoRA at 3.04 [2.97, 3.12] (best at the grid's lowest rate). Peri-LN and Sandwich-LN are one
+[2.57, 2.87] overlap Pre-LN. DyT and Derf end at 3.25-3.31 at every rate from 1e-3 to 9e-2
+(3.24 and 3.23 over the seeds). Looping 2 shared blocks 4 times ends at 3.14 [2.81, 3.48],
+relaxed with rank-4 LoRA at 3.04 [2.97, 3.12] (at 1e-3). Peri-LN and Sandwich-LN are one
 placement here (docs/methods.md) and end identically, 3.09 [2.86, 3.33]. LNS does not deepen
 the model here: effective_depth/skip is 1 on all 3 seeds, against Pre-LN's 1.7 [0.2, 3.1].
-Several best rates are a grid edge (sweep table column `edge`), so those variants' optima may
-lie outside the grid.
+Every best rate lies inside its variant's sweep (the sweep table's `edge` column is empty): of
+the 20 variants whose best grid rate was an edge (16 at 3e-2, 4 at 1e-3), 18 keep it, worse
+one step past it (9e-2 or 3.3e-4); NormFormer and BHyT move to 9e-2 (0.27 is worse), where
+their seeds end at 3.14 [2.77, 3.52] and 3.08 [2.49, 3.67] (3.16 and 3.02 at 3e-2 before).
 
 Not here: the parametrizations (muP, depth-muP, CompleteP), whose claim is a transfer of
 the best rate across width or depth (experiments/depth_mup_transfer.py), and the procedures
@@ -46,10 +54,10 @@ on trained models (experiments/posthoc.py).
 from depthscale.experiment import study_config
 from depthscale.ladder import lr_sweep
 
-# name -> (L, D, heads, seq_len, batch, steps, rates, seeds)
+# name -> (L, D, heads, seq_len, batch, steps, rates, seeds, extensions past the grid's edge)
 SIZES = {
-    'smoke': (2, 16, 1, 16, 4, 20, [1e-3, 1e-2], 1),
-    'cpu': (8, 32, 2, 64, 8, 300, [1e-3, 3e-3, 1e-2, 3e-2], 3),
+    'smoke': (2, 16, 1, 16, 4, 20, [1e-3, 1e-2], 1, 0),
+    'cpu': (8, 32, 2, 64, 8, 300, [1e-3, 3e-3, 1e-2, 3e-2], 3, 2),
 }
 ANALYSED = {'metrics.analysis_every': -1}  # -1: the size's step count (get_ladder)
 
@@ -122,7 +130,7 @@ _STEP_FIELDS = ('metrics.analysis_every', 'train.prores_warmup_steps', 'optim.qk
 
 
 def get_config(arg: str | None = None):
-  num_layers, d_model, heads, seq_len, batch, steps, _, _ = SIZES[arg or 'cpu']
+  num_layers, d_model, heads, seq_len, batch, steps, *_ = SIZES[arg or 'cpu']
   c = study_config(arg, seq_len=seq_len, batch=batch, steps=steps, log_every=max(steps // 10, 1),
                    num_layers=num_layers, d_model=d_model, num_heads=heads)
   c.data.source, c.data.eval_batches = 'python_docs', 8
@@ -139,6 +147,6 @@ def _resolve_steps(overrides: dict, steps: int) -> dict:
 
 
 def get_ladder(arg: str | None = None):
-  *_, steps, rates, seeds = SIZES[arg or 'cpu']
+  *_, steps, rates, seeds, extend = SIZES[arg or 'cpu']
   names = SMOKE if arg == 'smoke' else VARIANTS
-  return lr_sweep({n: _resolve_steps(VARIANTS[n], steps) for n in names}, rates, seeds)
+  return lr_sweep({n: _resolve_steps(VARIANTS[n], steps) for n in names}, rates, seeds, extend)
