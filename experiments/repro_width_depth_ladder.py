@@ -77,7 +77,7 @@ DESIGNS = {  # residual-stream designs, one seed each (all Pre-LN blocks)
 # the paper size's LLaMA block; SwiGLU at 8/3 d keeps GELU-4d's 12 d^2 block matrices, so
 # the budget gives the same shapes
 PAPER_MODEL = {**LLAMA_BLOCK, 'vocab_size': LLAMA_VOCAB}
-PAPER_MLP = {'mlp': 'swiglu', 'mlp_ratio': 8 / 3}
+PAPER_MLP = {'mlp': LLAMA_BLOCK['mlp'], 'mlp_ratio': 8 / 3}
 HC_REMAT_DEPTH = 48  # Hyper-Connections from this depth on: model.remat=nothing_saveable
 
 
