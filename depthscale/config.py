@@ -9,7 +9,7 @@ from depthscale import data
 from depthscale.errors import ConfigError
 from depthscale.model import (inner_norms, norms, ops, parametrization, placements,
                               recurrence, residual, taper)
-from depthscale.training import cpu_calibration, dynamics, optim, sharding
+from depthscale.training import cpu_calibration, dynamics, optim, sharding, topology
 
 ConfigDict = ml_collections.ConfigDict
 __all__ = ['ConfigDict', 'ConfigError', 'default_config', 'validate']
@@ -175,6 +175,13 @@ def default_config() -> ConfigDict:
   r.kv = ''  # head_dim
   r.vocab = 'tensor'  # vocabulary axis of embedding, head and logits
   r.layers = ''  # the scanned layer axis: never sharded
+
+  la = c.launch = ConfigDict()  # a rung's resources on a Ray cluster (python -m depthscale.launch)
+  la.cpus = 1  # CPU cores per process; XLA's CPU thread pool follows it (PJRT_NPROC)
+  la.hosts = 1  # JAX processes per rung, one per node, gang-scheduled (jax.distributed)
+  la.tpu = ''  # a whole TPU slice per rung ('v5p-64', 'v6e-16', ...): one process per host; '' = none
+  la.gpus = 0  # GPUs per process (per host)
+  la.retries = 3  # reruns after a node loss or a killed process (resuming from its checkpoint)
   return c
 
 
@@ -399,3 +406,21 @@ def validate(cfg: ConfigDict) -> None:
       _fail(f'mesh.{f}', cfg.mesh[f], '-1 or a positive axis size')
   sharding.validate(cfg.mesh)
   data.validate(cfg.data, m.vocab_size)
+  validate_launch(cfg.launch)
+
+
+def validate_launch(la: ConfigDict) -> None:
+  """The launch section: counts are integers, a TPU slice is a known name and is not mixed
+  with GPUs or a host count (the slice gives one process per host)."""
+  for f, low in (('cpus', 1), ('hosts', 1), ('gpus', 0), ('retries', 0)):
+    if not isinstance(la[f], int) or isinstance(la[f], bool) or la[f] < low:
+      _fail(f'launch.{f}', la[f], f'an integer >= {low}')
+  if la.tpu:
+    try:
+      if topology.parse(la.tpu).platform != 'tpu':
+        raise ConfigError(la.tpu)
+    except ConfigError:
+      _fail('launch.tpu', la.tpu, "'' or a TPU slice name such as v5p-64, v5e-16, v6e-8, v4-32")
+    if la.gpus or la.hosts != 1:
+      _fail('launch.tpu', la.tpu, "'' with launch.gpus or launch.hosts set (a slice runs one "
+            'process per host of its own)')

@@ -153,18 +153,19 @@ def resolve(config_arg: str, overrides: dict[str, Any] | None = None,
   return out
 
 
-def run_ladder(config_arg: str, workdir: str, overrides: dict[str, Any] | None = None,
-               rung: str | None = None, allow_config_change: bool = False) -> list[dict]:
-  """Trains every selected rung in workdir/<rung name>/ (resuming or skipping finished
-  ones) and returns the table rows; prints the comparison table at the end.
-  allow_config_change: resume rungs whose config changed in fields that change the
-  computed function or the data order (see depthscale.training.resume).
-  In a learning-rate sweep (ladder.lr_sweep) a diverged stage-1 rung is recorded and the
-  ladder goes on; an extension rung trains past the edge of the rates before it or, not
-  needed, trains nothing; a stage-2 rung trains at the best stage-1 rate (depthscale.sweep)."""
-  resolved = resolve(config_arg, overrides, rung)
+def stage1_rungs(config_arg: str) -> set[str]:
+  """The names of the ladder's learning-rate sweep rungs that a stage 2 chooses among."""
   path, arg = split_arg(config_arg)
-  stage1 = {n for r in rungs_of(load_module(path), arg) for n in r.best_lr_of}
+  return {n for r in rungs_of(load_module(path), arg) for n in r.best_lr_of}
+
+
+def prepare(config_arg: str, workdir: str, overrides: dict[str, Any] | None = None,
+            rung: str | None = None, check_machine: bool = True) -> list[tuple[Rung, Any]]:
+  """resolve() and the ladder's own checks: a sweep's rate is not set on the command line,
+  and a selected rung's needs are selected too or finished in workdir. Prints each rung's
+  info. Raises ConfigError before anything is written."""
+  resolved = resolve(config_arg, overrides, rung, check_machine)
+  stage1 = stage1_rungs(config_arg)
   if stage1 and 'optim.lr' in (overrides or {}):
     raise config_lib.ConfigError('optim.lr (command line) cannot be set: this ladder sweeps it')
   selected = {r.name for r, _ in resolved}
@@ -176,6 +177,20 @@ def run_ladder(config_arg: str, workdir: str, overrides: dict[str, Any] | None =
     if r.info:
       print(f'rung {r.name}: ' + ', '.join(f'{k}={v:.4g}' if isinstance(v, float) else f'{k}={v}'
                                            for k, v in r.info.items()), flush=True)
+  return resolved
+
+
+def run_ladder(config_arg: str, workdir: str, overrides: dict[str, Any] | None = None,
+               rung: str | None = None, allow_config_change: bool = False) -> list[dict]:
+  """Trains every selected rung in workdir/<rung name>/ (resuming or skipping finished
+  ones) and returns the table rows; prints the comparison table at the end.
+  allow_config_change: resume rungs whose config changed in fields that change the
+  computed function or the data order (see depthscale.training.resume).
+  In a learning-rate sweep (ladder.lr_sweep) a diverged stage-1 rung is recorded and the
+  ladder goes on; an extension rung trains past the edge of the rates before it or, not
+  needed, trains nothing; a stage-2 rung trains at the best stage-1 rate (depthscale.sweep)."""
+  resolved = prepare(config_arg, workdir, overrides, rung)
+  stage1 = stage1_rungs(config_arg)
   rows = []
   for r, cfg in resolved:
     rung_dir = storage.join(workdir, r.name)

@@ -45,8 +45,8 @@ if 'xla_backend_optimization_level' not in os.environ.get('XLA_FLAGS', ''):
     os.environ['XLA_FLAGS'] = _fast
 
 
-SLOW_MODULES = ('test_notebooks.py', 'test_sharding.py', 'test_bucket.py', 'test_cli.py',
-                'test_train.py')
+SLOW_MODULES = ('test_notebooks.py', 'test_launch.py', 'test_sharding.py', 'test_bucket.py',
+                'test_cli.py', 'test_train.py')
 
 
 class ModuleFixtureScheduling(LoadScopeScheduling):

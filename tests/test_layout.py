@@ -74,7 +74,8 @@ def test_no_imports_inside_functions():
         assert not lazy, f'{path.relative_to(ROOT)}:{node.lineno} imports inside {node.name}'
 
 
-LAZY_OPTIONAL = ('sentencepiece', 'tokenizers', 'pyarrow', 'pyarrow.parquet', 'zstandard')
+LAZY_OPTIONAL = ('sentencepiece', 'tokenizers', 'pyarrow', 'pyarrow.parquet', 'zstandard', 'ray',
+                 'ray.util', 'ray.util.scheduling_strategies')  # optional extras
 
 
 def _name_checks(path: pathlib.Path) -> list[int]:
@@ -99,11 +100,14 @@ def test_placement_rows_refuse_unknown_features():
 
 
 # Files that are not a run's: the experiment file (Python code, imported like a module), the
-# package's own embedded source text, the host's TPU and NVIDIA device files, and the host's
-# cache of CPU dot-library choices (a property of the machine, not of any run).
+# package's own embedded source text, the host's TPU and NVIDIA device files, the host's
+# cache of CPU dot-library choices (a property of the machine, not of any run), the
+# launcher's probe of whether every node sees a local (never a bucket) workdir, and the
+# working directory a rung process starts in.
 LOCAL_FILES_OK = ('depthscale/storage.py', 'depthscale/experiment.py',
                   'depthscale/data/python_docs.py', 'depthscale/training/host_libtpu.py',
-                  'depthscale/training/host_cuda.py', 'depthscale/training/cpu_calibration.py')
+                  'depthscale/training/host_cuda.py', 'depthscale/training/cpu_calibration.py',
+                  'depthscale/launch/cluster.py', 'depthscale/launch/host.py')
 LOCAL_ONLY_OS = ('makedirs', 'mkdir', 'listdir', 'scandir', 'walk', 'stat', 'rename', 'replace',
                  'remove', 'unlink', 'rmdir')
 

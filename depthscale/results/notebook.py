@@ -13,7 +13,7 @@ import numpy as np
 import optax
 import pandas as pd
 
-from depthscale import data, natural_text, storage
+from depthscale import data, launch, natural_text, storage
 from depthscale.experiment import run_ladder
 from depthscale.ladder import split_seed
 from depthscale.model.stats import per_layer_norm
@@ -23,6 +23,7 @@ from depthscale.training.steps import init_state, weighted_loss
 
 SMOKE_ENV = 'DEPTHSCALE_SMOKE'  # '1': every run shrinks so a notebook runs in CI in seconds
 OUTPUTS_ENV = 'DEPTHSCALE_NOTEBOOK_OUTPUTS'  # where runs and PNGs go (default: outputs/)
+LAUNCH_ENV = 'DEPTHSCALE_NOTEBOOK_LAUNCH'  # '1': ladders run on a Ray cluster, in parallel
 
 
 def smoke() -> bool:
@@ -39,8 +40,10 @@ def outputs(name: str) -> str:
 
 def run(experiment: str, ladder_dir: str):
   """Trains the ladder (finished rungs are reused) and loads it: (run_ladder's table rows,
-  depthscale.results.Results, variant -> its rungs)."""
-  rows = run_ladder(experiment, ladder_dir)
+  depthscale.results.Results, variant -> its rungs). With DEPTHSCALE_NOTEBOOK_LAUNCH=1 the
+  rungs run through depthscale.launch (RAY_ADDRESS's cluster or a local Ray instance)."""
+  rows = (launch.run_ladder if os.environ.get(LAUNCH_ENV) == '1' else run_ladder)(
+      experiment, ladder_dir)
   return rows, loader.load(ladder_dir), by_variant(r['rung'] for r in rows)
 
 

@@ -14,11 +14,11 @@ from depthscale.results.loader import flatten
 CONFIG, HISTORY = 'config.json', 'config_history.jsonl'
 # Fields that change neither the computed function nor the data order: cadence of logs,
 # evals, checkpoints and analyses, what is recorded, where arrays live, input threads, the
-# CPU dot library (the same function to float32 rounding).
+# CPU dot library (the same function to float32 rounding), and a rung's resources on a cluster.
 FREE_FIELDS = ('train.log_every', 'train.eval_every', 'train.checkpoint_every',
                'train.keep_checkpoints', 'data.read_threads', 'data.prefetch',
                'train.cpu_options')
-FREE_SECTIONS = ('metrics.', 'mesh.')
+FREE_SECTIONS = ('metrics.', 'mesh.', 'launch.')
 ABSENT = '<absent>'
 
 
