@@ -17,7 +17,7 @@ import time
 import pytest
 
 from depthscale import storage
-from depthscale.errors import ConfigError
+from depthscale.errors import ConfigError, StoreTimeout
 from depthscale.training import preemption
 from tests.gcs import GcsServer
 from tests.helpers import ROOT
@@ -205,6 +205,31 @@ def test_the_deadline_is_read_from_the_environment(monkeypatch):
   assert storage.deadline() == storage.DEFAULT_DEADLINE_S
   monkeypatch.setenv(storage.DEADLINE_ENV, '12.5')
   assert storage.deadline() == 12.5
+
+
+def test_storage_through_each_mode_of_the_proxy(gcs, monkeypatch):
+  """This process's own bucket reads, through the proxy: answered when passed or delayed;
+  StoreTimeout within the deadline when stalled or dropped; then answered again, unchanged."""
+  proxy = StallProxy(gcs.port)
+  try:
+    monkeypatch.setenv('STORAGE_EMULATOR_HOST', proxy.url)  # gcsfs reads it per request
+    path = f'gs://{gcs.bucket()}/x.json'
+    storage.write_json(path, {'a': 1})
+    proxy.set('delay', 0.2)
+    assert storage.read_json(path) == {'a': 1}
+    monkeypatch.setenv(storage.DEADLINE_ENV, '3')
+    for mode in ('stall', 'drop'):
+      proxy.set(mode)
+      start = time.monotonic()
+      with pytest.raises(StoreTimeout, match=rf'^{path} could not be read: the store did not '
+                         rf'answer within 3 s \({storage.DEADLINE_ENV}\)$'):
+        storage.read_json(path)
+      assert time.monotonic() - start < 4, mode
+    proxy.clear()
+    assert storage.read_json(path) == {'a': 1}
+    assert {'GET', 'POST'} <= {line.split()[0] for line in proxy.requests}
+  finally:
+    proxy.close()
 
 
 BLOCKED_MAIN_THREAD = """
