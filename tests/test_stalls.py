@@ -22,12 +22,12 @@ from depthscale.training import preemption
 from tests.gcs import GcsServer
 from tests.helpers import ROOT
 from tests.stall_proxy import StallProxy
+from tests.test_bucket import LOGS, _logs, _losses, _one_line_report
 
 DEADLINE_S = 8  # DEPTHSCALE_STORAGE_DEADLINE of these runs: attempts of 1.6 s
 SLACK_S = 10  # from the deadline to the exit: the wait began after the stall, the exit itself
 RUN_TIMEOUT = 600
 RUNG = 'default'
-LOGS = ('train_log.jsonl', 'eval_log.jsonl', 'layer_metrics.jsonl', 'analysis_log.jsonl')
 EXPERIMENT = """
 from tests.helpers import tiny_config
 
@@ -41,7 +41,8 @@ def get_config(arg=None):
 # writes and reads a checkpoint's arrays (URL-encoded names).
 BUCKET_CHECK = r'^GET /storage/v1/b/{bucket}$'
 LOG_UPLOAD = rf'^POST /upload/\S*name=runs/q/{RUNG}/train_log\.jsonl&upload_id='
-CHECKPOINT_WRITE = rf'^POST /upload/\S*uploadType=media&name=runs%2Fq%2F{RUNG}%2Fcheckpoints%2F{{step}}%2F'
+CHECKPOINT_WRITE = (rf'^POST /upload/\S*uploadType=media&name=runs%2Fq%2F{RUNG}%2Fcheckpoints'
+                    r'%2F{step}%2F')
 CHECKPOINT_READ = (rf'^GET /storage/v1/\S*%2F{RUNG}%2Fcheckpoints%2F{{step}}%2Fstate%2F\S*'
                    r'(manifest\.ocdbt|%2Fd%2F)\S*alt=media')
 
@@ -55,24 +56,10 @@ def _cli(args: list[str], env: dict | None = None, start: bool = False):
                         timeout=RUN_TIMEOUT)
 
 
-def _logs(rung_dir: str) -> dict[str, list[dict]]:
-  """The rung's JSONL logs, timings left out."""
-  return {f: [{k: v for k, v in r.items() if not k.startswith('perf/')}
-              for r in storage.read_jsonl(os.path.join(rung_dir, f))] for f in LOGS}
-
-
-def _losses(rung_dir: str) -> tuple[float, float]:
-  s = storage.read_json(os.path.join(rung_dir, 'summary.json'))
-  return s['final_train_loss'], s['final_eval_loss']
-
-
 def _one_line(err: str) -> str:
-  """The run's one error line (other lines: tensorstore's one log line at start)."""
-  lines = err.strip().splitlines()
-  errors = [l for l in lines if l.startswith('error: ')]
-  assert len(errors) == 1 and lines[-1] == errors[0], err[-3000:]
-  assert 'Traceback' not in err and len(lines) <= 5, err[-3000:]
-  return errors[0]
+  """The run's one error line (tests/test_bucket.py's checks of a one-line report)."""
+  _one_line_report(err)
+  return err.strip().splitlines()[-1]
 
 
 @pytest.fixture(scope='module')
