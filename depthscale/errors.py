@@ -13,7 +13,11 @@ class WriteError(RuntimeError):
 
 class StoreTimeout(WriteError):
   """A store did not answer a read or a write within its deadline (depthscale.storage); it
-  ends a run as a failed write does."""
+  ends a run as a failed write does. `cause` says so without the path."""
+
+  def __init__(self, message: str, cause: str):
+    super().__init__(message)
+    self.cause = cause
 
 
 def reason(e: BaseException) -> str:

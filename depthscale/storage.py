@@ -309,7 +309,8 @@ def check_bucket(path: PathLike, field: str) -> None:
   try:
     found = exists(bucket)
   except StoreTimeout as e:
-    raise StoreTimeout(f'{field}={url!r}: bucket check: {e}; nothing was written') from None
+    raise StoreTimeout(f'{field}={url!r}: bucket check: {e}; nothing was written',
+                       e.cause) from None
   except Exception as e:  # the filesystems raise their own HTTP and auth errors
     raise ConfigError(f'{field}={url!r}: bucket {bucket} cannot be read ({reason(e)}); '
                       f'{AUTH_HINT.get(scheme, "check the credentials")}') from None
@@ -381,8 +382,8 @@ def bounded(path: PathLike, doing: str, fn: Callable[[], T], seconds: float | No
 
   threading.Thread(target=run, name='depthscale-storage', daemon=True).start()
   if not done.wait(seconds):
-    raise StoreTimeout(f'{os.fspath(path)} could not be {doing}: the store did not answer '
-                       f'within {seconds:g} s ({DEADLINE_ENV})')
+    cause = f'the store did not answer within {seconds:g} s ({DEADLINE_ENV})'
+    raise StoreTimeout(f'{os.fspath(path)} could not be {doing}: {cause}', cause)
   if 'error' in out:
     raise out['error']
   return out['value']

@@ -96,8 +96,9 @@ class Checkpointer:
     try:
       yield
     except Exception as e:  # orbax, tensorstore and the file systems raise many types
+      why = f': {e.cause}' if isinstance(e, StoreTimeout) else f' ({reason(e)})'
       raise CheckpointError(f'checkpoint at step {self._step} could not be saved in '
-                            f'{self.directory} ({reason(e)}); {self.kept()}') from e
+                            f'{self.directory}{why}; {self.kept()}') from e
 
   def restore(self, step: int, abstract_state):
     """(state, data_state) of a step; abstract_state gives shapes, dtypes, shardings."""
