@@ -1,5 +1,5 @@
 """The one error type of bad input (every subsystem raises it, the CLIs turn it into one line),
-and the error of an output that could not be written."""
+and the errors of an output that could not be written or a store that did not answer."""
 
 
 class ConfigError(ValueError):
@@ -9,6 +9,15 @@ class ConfigError(ValueError):
 class WriteError(RuntimeError):
   """A checkpoint or log could not be written (full disk, lost bucket, permission); what was
   written before it, the previous checkpoint included, stays usable."""
+
+
+class StoreTimeout(WriteError):
+  """A store did not answer a read or a write within its deadline (depthscale.storage); it
+  ends a run as a failed write does. `cause` says so without the path."""
+
+  def __init__(self, message: str, cause: str):
+    super().__init__(message)
+    self.cause = cause
 
 
 def reason(e: BaseException) -> str:

@@ -7,8 +7,10 @@
 Exit codes: 0 finished (or preempted by SIGTERM after a checkpoint), 2 bad input (one line
 naming the field; nothing written), 3 non-finite loss or gradient (one line naming the step,
 the first non-finite block and the last good checkpoint), 4 the watchdog fired, 5 a
-checkpoint or log could not be written (one line naming the step or file and the cause;
-the last complete checkpoint stays usable)."""
+checkpoint or log could not be written, the store did not answer within its deadline
+($DEPTHSCALE_STORAGE_DEADLINE), or a SIGTERM could not end the run cleanly within 25 s (one
+line naming the step or file, the cause and the last complete checkpoint, which stays
+usable)."""
 
 from __future__ import annotations
 

@@ -5,27 +5,37 @@ schemes etils.epath gives to fsspec). One module, so that each store gets its ow
   (atomic there), since a bucket's rename is a copy and a delete;
 - append: locally in place; a bucket object cannot be appended to, so an Appender keeps the
   object's content in memory and rewrites the whole object at each flush (the way
-  TensorFlow's GCS files sync): a reader sees the object as of the last flush.
+  TensorFlow's GCS files sync): a reader sees the object as of the last flush;
+- deadlines: every request to a bucket gets an answer within deadline() seconds (retries
+  included) or raises StoreTimeout; each attempt of the clients (gcsfs, tensorstore) gives up
+  after deadline() / ATTEMPTS without progress, and the client retries it with backoff.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import glob as glob_lib
 import hashlib
 import importlib
 import json
+import math
 import os
-import shutil
 import tempfile
-from typing import Any, Iterator
+import threading
+from typing import Any, Callable, Iterator, TypeVar
 
 from etils import epath
 import fsspec
 
-from depthscale.errors import ConfigError, WriteError, reason
+from depthscale.errors import ConfigError, StoreTimeout, WriteError, reason
 
 PathLike = str | os.PathLike
+T = TypeVar('T')
+DEADLINE_ENV = 'DEPTHSCALE_STORAGE_DEADLINE'
+DEFAULT_DEADLINE_S = 300.0  # one bucket operation, its retries included
+ATTEMPTS = 5  # an attempt gives up after deadline / ATTEMPTS without progress
+COPY_CHUNK = 8 << 20  # a shard cache fill reads this much per bounded request
 # A run's files change while readers poll them (TensorBoard, results.load, a resume): bucket
 # listings are read afresh every time, never from fsspec's listings cache.
 fsspec.config.conf.setdefault('gs', {}).setdefault('use_listings_cache', False)
@@ -66,21 +76,22 @@ def parent(path: PathLike) -> str:
 
 
 def exists(path: PathLike) -> bool:
-  return _path(path).exists()
+  return bounded(path, 'looked up', _path(path).exists)
 
 
 def isdir(path: PathLike) -> bool:
-  return _path(path).is_dir()
+  return bounded(path, 'looked up', _path(path).is_dir)
 
 
 def isfile(path: PathLike) -> bool:
-  return _path(path).is_file()
+  return bounded(path, 'looked up', _path(path).is_file)
 
 
 def listdir(path: PathLike) -> list[str]:
   """Names of the entries of a directory, sorted; [] if it does not exist."""
   p = _path(path)
-  return sorted(c.name for c in p.iterdir()) if p.is_dir() else []
+  return bounded(path, 'listed', lambda: sorted(c.name for c in p.iterdir()) if p.is_dir()
+                 else [])
 
 
 def glob(pattern: PathLike) -> list[str]:
@@ -93,7 +104,8 @@ def glob(pattern: PathLike) -> list[str]:
   parts = pattern.split('/')
   wild = next((i for i, part in enumerate(parts) if any(c in part for c in '*?[')), len(parts))
   base, rest = _path('/'.join(parts[:wild])), '/'.join(parts[wild:])
-  return sorted(os.fspath(p) for p in (base.glob(rest) if rest else [base]) if p.exists())
+  return bounded(pattern, 'listed', lambda: sorted(
+      os.fspath(p) for p in (base.glob(rest) if rest else [base]) if p.exists()))
 
 
 def makedirs(path: PathLike) -> None:
@@ -105,15 +117,15 @@ def makedirs(path: PathLike) -> None:
 def rename(src: PathLike, dst: PathLike) -> None:
   """Moves src (a file or a directory) to dst; in a bucket a copy then a delete, object by
   object (not atomic)."""
-  _path(src).rename(_path(dst))
+  bounded(src, f'moved to {os.fspath(dst)}', lambda: _path(src).rename(_path(dst)))
 
 
 def read_bytes(path: PathLike) -> bytes:
-  return _path(path).read_bytes()
+  return bounded(path, 'read', _path(path).read_bytes)
 
 
 def read_text(path: PathLike) -> str:
-  return _path(path).read_text()
+  return bounded(path, 'read', _path(path).read_text)
 
 
 def read_json(path: PathLike) -> Any:
@@ -122,8 +134,10 @@ def read_json(path: PathLike) -> Any:
 
 @contextlib.contextmanager
 def open_file(path: PathLike, mode: str = 'rb') -> Iterator:
-  """A file object for reading, or for writing a new file (not atomic: see write_bytes)."""
-  with _path(path).open(mode) as f:
+  """A file object for reading, or for writing a new file (not atomic: see write_bytes); in
+  a bucket the opening is bounded by the deadline, reads and writes of the object are not."""
+  f = bounded(path, 'opened', lambda: _path(path).open(mode))
+  with f:
     yield f
 
 
@@ -132,6 +146,8 @@ def _writing(path: PathLike) -> Iterator[None]:
   """Turns any failure of a write into WriteError naming the path."""
   try:
     yield
+  except WriteError:
+    raise
   except Exception as e:  # each store raises its own errors (OSError, HTTP, auth)
     raise WriteError(f'{os.fspath(path)} could not be written ({reason(e)})') from e
 
@@ -145,7 +161,7 @@ def write_bytes(path: PathLike, data: bytes) -> None:
 
 def _replace(path: PathLike, data: bytes) -> None:
   if is_url(path):
-    _path(path).write_bytes(data)
+    bounded(path, 'written', lambda: _path(path).write_bytes(data))
     return
   path = absolute(path)
   fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=f'.{os.path.basename(path)}.',
@@ -175,8 +191,8 @@ def publish(local: str, dst: PathLike) -> None:
   """Moves a finished local file to dst: a rename when local, an upload (one object
   write) then a delete when dst is in a bucket."""
   if is_url(dst):
-    with _writing(dst):
-      _path(dst).write_bytes(_path(local).read_bytes())
+    with open(local, 'rb') as f:
+      write_bytes(dst, f.read())
     os.remove(local)
   else:
     os.replace(local, absolute(dst))
@@ -193,11 +209,12 @@ def local_copy(path: PathLike) -> str:
   os.makedirs(cache, exist_ok=True)
   key = hashlib.sha256(os.fspath(path).encode()).hexdigest()[:16]
   local = os.path.join(cache, f'{key}-{name(path)}')
-  size = _path(path).stat().length
+  size = bounded(path, 'looked up', lambda: _path(path).stat().length)
   if not os.path.isfile(local) or os.path.getsize(local) != size:
     fd, tmp = tempfile.mkstemp(dir=cache, suffix='.tmp')
-    with os.fdopen(fd, 'wb') as f, _path(path).open('rb') as src:
-      shutil.copyfileobj(src, f)
+    with os.fdopen(fd, 'wb') as f, open_file(path) as src:
+      while chunk := bounded(path, 'read', lambda: src.read(COPY_CHUNK)):  # progress, or end
+        f.write(chunk)
     os.replace(tmp, local)  # concurrent fetches of one file each publish a whole copy
   return local
 
@@ -290,7 +307,10 @@ def check_bucket(path: PathLike, field: str) -> None:
     _check_google_credentials(field, url)
   bucket = f'{scheme}://{rest.split("/", 1)[0]}'
   try:
-    found = _path(bucket).exists()
+    found = exists(bucket)
+  except StoreTimeout as e:
+    raise StoreTimeout(f'{field}={url!r}: bucket check: {e}; nothing was written',
+                       e.cause) from None
   except Exception as e:  # the filesystems raise their own HTTP and auth errors
     raise ConfigError(f'{field}={url!r}: bucket {bucket} cannot be read ({reason(e)}); '
                       f'{AUTH_HINT.get(scheme, "check the credentials")}') from None
@@ -307,3 +327,63 @@ def _check_google_credentials(field: str, url: str) -> None:
   except auth.exceptions.DefaultCredentialsError:
     raise ConfigError(f'{field}={url!r}: no Google Cloud credentials found: '
                       f'{AUTH_HINT["gs"]}') from None
+
+
+def deadline() -> float:
+  """Seconds a bucket operation may go unanswered, its retries included:
+  $DEPTHSCALE_STORAGE_DEADLINE, else DEFAULT_DEADLINE_S."""
+  value = os.environ.get(DEADLINE_ENV, '')
+  try:
+    seconds = float(value) if value else DEFAULT_DEADLINE_S
+  except ValueError:
+    seconds = float('nan')
+  if not 0 < seconds < math.inf:
+    raise ConfigError(f'{DEADLINE_ENV}={value!r} is invalid: allowed a number of seconds > 0')
+  return seconds
+
+
+@functools.cache
+def _configure_clients() -> None:
+  """Per-attempt timeouts of the bucket clients, deadline() / ATTEMPTS each, set before either
+  opens a connection: gcsfs (aiohttp) gives up an attempt that cannot connect or receives no
+  byte for that long, and retries it (6 attempts, waits of 1, 2, 4, 8, 16 s); tensorstore
+  (curl, orbax's array storage) one that cannot connect or moves under 256 bytes/s for that
+  long (whole seconds), and retries it (exponential backoff from 1 s to 32 s)."""
+  attempt = deadline() / ATTEMPTS
+  try:
+    aiohttp = importlib.import_module('aiohttp')  # installed with gcsfs
+    fsspec.config.conf.setdefault('gs', {})['requests_timeout'] = aiohttp.ClientTimeout(
+        sock_connect=attempt, sock_read=attempt)
+  except ImportError:
+    pass
+  seconds = str(max(1, math.ceil(attempt)))
+  os.environ['TENSORSTORE_CURL_CONNECT_TIMEOUT_SECONDS'] = seconds  # read at its first request
+  os.environ['TENSORSTORE_CURL_LOW_SPEED_TIME_SECONDS'] = seconds
+
+
+def bounded(path: PathLike, doing: str, fn: Callable[[], T], seconds: float | None = None) -> T:
+  """fn(), an operation on path: at once for a local path; for a bucket URL on a helper
+  thread, waited for at most `seconds` (default deadline()), after which StoreTimeout ('PATH
+  could not be DOING: ...') is raised and the thread is left to its clients' own timeouts
+  (the run ends: nothing waits for it). The caller's thread stays responsive to signals."""
+  if not is_url(path):
+    return fn()
+  seconds = deadline() if seconds is None else seconds
+  _configure_clients()
+  done, out = threading.Event(), {}
+
+  def run() -> None:
+    try:
+      out['value'] = fn()
+    except BaseException as e:  # pylint: disable=broad-exception-caught
+      out['error'] = e
+    finally:
+      done.set()
+
+  threading.Thread(target=run, name='depthscale-storage', daemon=True).start()
+  if not done.wait(seconds):
+    cause = f'the store did not answer within {seconds:g} s ({DEADLINE_ENV})'
+    raise StoreTimeout(f'{os.fspath(path)} could not be {doing}: {cause}', cause)
+  if 'error' in out:
+    raise out['error']
+  return out['value']

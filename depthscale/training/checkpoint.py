@@ -1,6 +1,7 @@
 """Checkpoints: orbax CheckpointManager (async) holding the train state and the data
 iterator state, keeping the last k; restore falls back past unreadable ones; a save that
-fails in the background raises WriteError at the next check."""
+fails in the background raises WriteError at the next check. In a bucket every call into
+orbax, and every wait on its background threads, is bounded by storage.deadline()."""
 
 from __future__ import annotations
 
@@ -15,14 +16,20 @@ import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 
 from depthscale import storage
-from depthscale.errors import ConfigError, WriteError, reason
+from depthscale.errors import ConfigError, StoreTimeout, WriteError, reason
 from depthscale.training import sharding
 
 CORRUPT_PREFIX = 'corrupt-'  # unreadable step directories are renamed corrupt-<step>-<n>
+KEPT_WAIT_S = 2.0  # how long an error report waits to learn whether the last save completed
 
 
 class UnreadableCheckpoints(ConfigError):
   """Checkpoints exist but none of them can be restored."""
+
+
+class CheckpointError(WriteError):
+  """A checkpoint could not be saved, or read in time; the message says where a rerun
+  resumes."""
 
 
 class Checkpointer:
@@ -35,8 +42,24 @@ class Checkpointer:
     options = ocp.CheckpointManagerOptions(max_to_keep=keep, enable_async_checkpointing=True,
                                            create=True)
     with _quiet_absl():  # it reads every step's metadata; restore_latest reports damage
-      self._mngr = ocp.CheckpointManager(self.directory, options=options,
-                                         item_names=('state', 'data'))
+      self._mngr = self._bounded('opened', lambda: ocp.CheckpointManager(
+          self.directory, options=options, item_names=('state', 'data')))
+
+  def _bounded(self, doing: str, fn):
+    """fn(), a call into orbax, within the store's deadline (storage.bounded)."""
+    return storage.bounded(self.directory, doing, fn)
+
+  def kept(self) -> str:
+    """Where a rerun resumes, as far as this run knows it (it asks orbax, not the store, for
+    at most KEPT_WAIT_S whether the save in flight has completed)."""
+    if self._step is not None and self._step != self._complete:
+      with contextlib.suppress(Exception):  # failed or not answering: what is known stands
+        if storage.bounded(self.directory, 'checked', self._finished, seconds=KEPT_WAIT_S):
+          self._complete = self._step
+    if self._complete is None:
+      return f'no checkpoint in {self.directory} is known complete'
+    return (f'the last complete checkpoint is step {self._complete} in {self.directory}: '
+            'rerun to resume from it')
 
   def latest_step(self) -> int | None:
     return self._mngr.latest_step()
@@ -46,19 +69,26 @@ class Checkpointer:
     JSON-serializable."""
     data = json.loads(json.dumps(data_state, default=_jsonable))
     self.wait()
-    if self._step is not None:
-      self._complete = self._step
     self._step = step
     with self._saving():
-      self._mngr.save(step, args=ocp.args.Composite(
-          state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data)))
+      self._bounded(f'saved at step {step}', lambda: self._mngr.save(
+          step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
+                                        data=ocp.args.JsonSave(data))))
 
   def check(self) -> None:
-    """Raises WriteError if the background save failed (cheap: call it every step)."""
-    if self._step is None:  # no save started yet
+    """Raises WriteError if the background save failed, and notes when it has completed
+    (cheap: call it every step)."""
+    if self._step is None or self._step == self._complete:  # nothing in flight
       return
     with self._saving():
-      self._mngr.check_for_errors()
+      if self._bounded(f'saved at step {self._step}', self._finished):
+        self._complete = self._step
+
+  def _finished(self) -> bool:
+    """Whether the save in flight has completed; raises its error if it failed."""
+    done = not self._mngr.is_saving_in_progress()  # read first: then no error means done
+    self._mngr.check_for_errors()
+    return done
 
   @contextlib.contextmanager
   def _saving(self):
@@ -66,17 +96,15 @@ class Checkpointer:
     try:
       yield
     except Exception as e:  # orbax, tensorstore and the file systems raise many types
-      kept = self._complete
-      raise WriteError(
-          f'checkpoint at step {self._step} could not be saved in {self.directory} '
-          f'({reason(e)}); ' + ('no earlier checkpoint' if kept is None else
-                               f'the last complete checkpoint is step {kept}: rerun to '
-                               'resume from it')) from e
+      why = f': {e.cause}' if isinstance(e, StoreTimeout) else f' ({reason(e)})'
+      raise CheckpointError(f'checkpoint at step {self._step} could not be saved in '
+                            f'{self.directory}{why}; {self.kept()}') from e
 
   def restore(self, step: int, abstract_state):
     """(state, data_state) of a step; abstract_state gives shapes, dtypes, shardings."""
-    out = self._mngr.restore(step, args=ocp.args.Composite(
-        state=ocp.args.StandardRestore(abstract_state), data=ocp.args.JsonRestore()))
+    out = self._bounded(f'read at step {step}', lambda: self._mngr.restore(
+        step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract_state),
+                                      data=ocp.args.JsonRestore())))
     # Fresh device buffers for the donating train step (on CPU, restored buffers may alias
     # host memory owned by orbax).
     return sharding.owned_copy(out.state), out.data
@@ -86,7 +114,8 @@ class Checkpointer:
 
     An unreadable newer one (truncated files, a missing shard, broken metadata) is moved
     aside to corrupt-<step>-<n> (never deleted) with a one-line warning once an older one
-    restores; if none restores, raises UnreadableCheckpoints and moves nothing.
+    restores; if none restores, raises UnreadableCheckpoints and moves nothing. A store that
+    does not answer in time raises CheckpointError and moves nothing.
     """
     failed: list[tuple[int, str]] = []
     for step in sorted(self._mngr.all_steps(), reverse=True):
@@ -94,6 +123,9 @@ class Checkpointer:
         with _quiet_absl():
           state, data_state = self.restore(step, abstract_state)
         why = None
+      except StoreTimeout as e:  # not damage: the checkpoint stays where it is
+        raise CheckpointError(f'checkpoint {e}; nothing was moved: rerun to resume from the '
+                              'latest checkpoint') from None
       except Exception as e:  # orbax and tensorstore raise many types for damaged files
         why = reason(e)
       if _everywhere(why is None):
@@ -124,18 +156,21 @@ class Checkpointer:
               flush=True)
     if jax.process_count() > 1:
       multihost_utils.sync_global_devices('depthscale: unreadable checkpoints moved aside')
-    self._mngr.reload()
+    self._bounded('listed', self._mngr.reload)
 
   def _aside(self, step: int, n: int) -> str:
     return storage.join(self.directory, f'{CORRUPT_PREFIX}{step}-{n}')
 
   def wait(self) -> None:
+    """Waits for the save in flight (at most the store's deadline)."""
     with self._saving():
-      self._mngr.wait_until_finished()
+      self._bounded(f'saved at step {self._step}', self._mngr.wait_until_finished)
+    if self._step is not None:
+      self._complete = self._step
 
   def close(self) -> None:
     self.wait()
-    self._mngr.close()
+    self._bounded('closed', self._mngr.close)
 
 
 @contextlib.contextmanager

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import signal
-import threading
 import time
 
 import jax
@@ -18,8 +16,9 @@ from depthscale.results import plots, raster
 from depthscale.training import (cpu_calibration, distributed, host_memory, resume, sharding,
                                  tb_layout)
 from depthscale.training.analysis import Analyzer, analysed_layers, compile_mode, evenly_spaced
-from depthscale.training.checkpoint import Checkpointer, abstract
+from depthscale.training.checkpoint import Checkpointer, CheckpointError, abstract
 from depthscale.training.optim import make_optimizer, schedule
+from depthscale.training.preemption import Preemption
 from depthscale.training.preflight import check_inputs
 from depthscale.training.steps import init_state, make_eval_step, make_train_step
 from depthscale.training.watchdog import Watchdog
@@ -34,26 +33,6 @@ FLUSH_SECONDS = 60.0  # logs reach a bucket at least this often (and before each
 
 class NonFiniteError(RuntimeError):
   """Loss or gradients became non-finite; the last good checkpoint is kept."""
-
-
-class _Preemption:
-  """Turns SIGTERM into a flag the loop checks between steps."""
-
-  def __init__(self):
-    self.requested = False
-
-  def __enter__(self):
-    self._main = threading.current_thread() is threading.main_thread()
-    if self._main:  # signal handlers can only be set from the main thread
-      self._old = signal.signal(signal.SIGTERM, self._handle)
-    return self
-
-  def _handle(self, *_):
-    self.requested = True
-
-  def __exit__(self, *_):
-    if self._main:
-      signal.signal(signal.SIGTERM, self._old)
 
 
 def _eta(seconds: float) -> str:
@@ -202,18 +181,25 @@ def train_rung(cfg, workdir: str, *, name: str = '', stop_at_step: int | None = 
     if summary['steps'] == cfg.train.steps:  # finished; a longer train.steps trains on
       return summary
   with Watchdog(cfg.train.watchdog_seconds, name, jax.process_index()) as watchdog:
-    run = _Run(cfg, workdir, name, changes, watchdog, source)
+    run = None
     try:
-      with _Preemption() as preempt:
-        result = run.loop(preempt, stop_at_step)
-    except WriteError:
-      raise  # a store failed: nothing more is written to it or waited for
-    except BaseException:
-      run.close()
-      raise
-    run.close()
-  if run.lead and 'status' not in result:
-    storage.write_json(summary_path, result, indent=2)
+      run = _Run(cfg, workdir, name, changes, watchdog, source)
+      with Preemption(name, run.ckpt.kept) as preempt:
+        try:
+          result = run.loop(preempt, stop_at_step)
+        except WriteError:
+          raise  # a store failed: nothing more is written to it or waited for
+        except BaseException:
+          run.close()
+          raise
+        run.close()
+      if run.lead and 'status' not in result:
+        storage.write_json(summary_path, result, indent=2)
+    except CheckpointError:
+      raise  # names the last complete checkpoint
+    except WriteError as e:
+      raise WriteError(f'{e}; ' + (run.ckpt.kept() if run else 'the checkpoints are as before '
+                                   'this run: rerun to resume')) from e
   return result
 
 
@@ -313,7 +299,7 @@ class _Run:
     self.last_loss = float('nan')
     self.eval_scalars: dict[str, float] = {}
 
-  def loop(self, preempt: _Preemption, stop_at_step: int | None) -> dict:
+  def loop(self, preempt: Preemption, stop_at_step: int | None) -> dict:
     """Runs steps start..steps-1; outputs of step s are checked while step s+1 runs."""
     t, steps = self.cfg.train, self.cfg.train.steps
     pending = None
