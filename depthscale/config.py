@@ -214,22 +214,13 @@ def check_norm_methods(m: ConfigDict) -> None:
     _fail('model.qk_norm_seq_len', m.qk_norm_seq_len, '0 (= data.seq_len) or an integer >= 2')
   if m.bhyt_kappa <= 0:
     _fail('model.bhyt_kappa', m.bhyt_kappa, 'a positive number')
-  row = placements.PLACEMENTS[m.block]
-  switched_on = {'gpas': m.gpas, 'ln_scaling': m.ln_scaling, 'layer_rope': m.layer_rope,
-                 'parallel_block': m.parallel_block != 'none'}
-  for modifier, on in switched_on.items():
-    if on and modifier not in row.modifiers:
-      _fail(f'model.{modifier}', m[modifier], f'{"none" if modifier == "parallel_block" else False}'
-            f' unless model.block in ' + ', '.join(placements.with_modifier(modifier)))
-  if m.qk_norm != 'none' and row.normalizes_qk:
+  placements.check_modifiers(m)
+  if m.qk_norm != 'none' and placements.PLACEMENTS[m.block].normalizes_qk:
     _fail('model.qk_norm', m.qk_norm, f"'none' with model.block={m.block} (it normalizes q, k itself)")
   if m.layer_rope and m.norm not in ('layernorm', 'rmsnorm'):
     _fail('model.layer_rope', m.layer_rope, 'True only with model.norm in layernorm, rmsnorm')
   if m.norm_bias and m.norm not in ('rmsnorm', 'crmsnorm'):
     _fail('model.norm_bias', m.norm_bias, 'True only with model.norm in rmsnorm, crmsnorm')
-  if m.norm == 'crmsnorm' and 'crmsnorm' not in row.modifiers:
-    _fail('model.norm', m.norm, "'crmsnorm' only with model.block in "
-          + ', '.join(placements.with_modifier('crmsnorm')) + ' (a stream no norm writes)')
 
 
 def _validate_params_dynamics(cfg: ConfigDict) -> None:
@@ -241,9 +232,6 @@ def _validate_params_dynamics(cfg: ConfigDict) -> None:
     if m[f] < 0:
       _fail(f'model.{f}', m[f], '0 (the model itself) or a positive size')
   row = placements.PLACEMENTS[m.block]
-  if m.init == 'deepscalelm' and 'deepscalelm' not in row.modifiers:
-    _fail('model.block', m.block, ' or '.join(placements.with_modifier('deepscalelm'))
-          + " with model.init='deepscalelm'")
   if row.init and m.init not in ('normal', row.init):
     _fail('model.init', m.init, ' or '.join(repr(i) for i in ('normal', row.init) if i in
                                             parametrization.INITS)

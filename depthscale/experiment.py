@@ -9,11 +9,13 @@ import importlib.util
 import os
 from typing import Any
 
+import depthscale.posthoc  # registers the post-hoc procedures a config can switch on
 from depthscale import config as config_lib
 from depthscale import storage, sweep
 from depthscale.config import default_config
 from depthscale.ladder import Rung
 from depthscale.results.report import rung_row, table
+from depthscale.training import dryrun, topology
 from depthscale.training.loop import NonFiniteError, train_rung
 from depthscale.training.preflight import check_inputs
 
@@ -93,22 +95,44 @@ def split_arg(config_arg: str) -> tuple[str, str | None]:
   return path, (arg if arg else None)
 
 
+def check_field(cfg, key: str, origin: str) -> None:
+  """Raises ConfigError unless the dotted key is a field of cfg, naming the allowed fields
+  of the deepest section it reaches (the sections, where it reaches none)."""
+  *sections, field = key.split('.')
+  section, path = cfg, []
+  for part in sections:
+    if not isinstance(section.get(part), config_lib.ConfigDict):
+      break
+    section, path = section[part], path + [part]
+  else:
+    if field in section and not isinstance(section[field], config_lib.ConfigDict):
+      return
+  allowed = ', '.join(sorted(section))
+  raise config_lib.ConfigError(
+      f'{key} ({origin}) is not a config field: allowed ' +
+      (f'{".".join(path)}.FIELD with FIELD in {allowed}' if path else
+       f'SECTION.FIELD with SECTION in {allowed}'))
+
+
+def check_flags(config_arg: str, keys: list[str]) -> None:
+  """Raises ConfigError for the first command-line field (a --config.KEY flag) that the
+  experiment's config does not have (see check_field)."""
+  path, arg = split_arg(config_arg)
+  cfg = load_module(path).get_config(arg)
+  for key in keys:
+    check_field(cfg, key, 'command line')
+
+
 def apply_overrides(cfg, overrides: dict[str, Any], origin: str):
   """Sets dotted fields on a locked ConfigDict; unknown or mistyped fields raise ConfigError."""
   for key, value in overrides.items():
+    check_field(cfg, key, origin)
     parts = key.split('.')
     target = cfg
     try:
       for p in parts[:-1]:
         target = target[p]
-      if parts[-1] not in target:
-        raise KeyError(key)
       target[parts[-1]] = value
-    except KeyError:
-      sections = ', '.join(sorted(cfg.keys()))
-      raise config_lib.ConfigError(
-          f'{key} ({origin}) is not a config field: allowed SECTION.FIELD with '
-          f'SECTION in {sections}') from None
     except TypeError as e:
       raise config_lib.ConfigError(f'{key}={value!r} ({origin}) has the wrong type: {e}') from None
   return cfg
@@ -151,6 +175,20 @@ def resolve(config_arg: str, overrides: dict[str, Any] | None = None,
       check_inputs(cfg)
     out.append((r, cfg))
   return out
+
+
+def dry_run(config_arg: str, overrides: dict[str, Any] | None = None, rung: str | None = None,
+            topology_name: str | None = None, num_slices: int = 1,
+            json_path: str | None = None, shardings: bool = True,
+            scale_cost: bool = True, num_nodes: int = 1, resume: bool = False) -> list[dict]:
+  """The dry run of the selected rungs (depthscale.training.dryrun.check_ladder), for a TPU
+  slice or num_nodes GPU nodes if topology_name is given: configs checked against that
+  target, not this machine."""
+  slice_ = topology.parse(topology_name, num_slices, num_nodes) if topology_name else None
+  resolved = resolve(config_arg, dryrun.target_overrides(slice_, overrides), rung,
+                     check_machine=False)
+  return dryrun.check_ladder(resolved, config_arg, overrides, slice_, json_path, shardings,
+                             scale_cost, resume)
 
 
 def stage1_rungs(config_arg: str) -> set[str]:

@@ -24,8 +24,8 @@ from ml_collections import config_flags
 
 from depthscale import storage
 from depthscale.errors import ConfigError, WriteError, reason
-from depthscale.experiment import run_ladder
-from depthscale.training import distributed, dryrun, topology
+from depthscale.experiment import check_flags, dry_run, run_ladder
+from depthscale.training import distributed, topology
 from depthscale.training.loop import NonFiniteError
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'Experiment file[:arg].', lock_config=True)
@@ -68,12 +68,26 @@ def _usage_error(message: str, code: int = 2) -> None:
   sys.exit(code)
 
 
+def _unknown_field(argv: list[str]) -> str | None:
+  """The error of the first --config.KEY flag that is not a field of the experiment's config
+  (naming the fields of its section), None where every one is."""
+  config_arg = next((a.split('=', 1)[1] for a in argv if a.startswith('--config=')), None)
+  keys = [a[len('--config.'):].split('=', 1)[0] for a in argv if a.startswith('--config.')]
+  if config_arg is None or not keys:
+    return None
+  try:
+    check_flags(config_arg, keys)
+  except ConfigError as e:
+    return str(e)
+  return None
+
+
 def _parse(argv: list[str]) -> list[str]:
   """absl parsing with one-line errors and exit code 2 for bad flags or overrides."""
   try:
     return flags.FLAGS(argv)
   except (flags.Error, KeyError, TypeError, ValueError, AttributeError) as e:
-    _usage_error(str(e).strip().splitlines()[-1])
+    _usage_error(_unknown_field(argv) or str(e).strip().splitlines()[-1])
 
 
 _warned: set[str] = set()
@@ -127,9 +141,8 @@ def main(argv: list[str]) -> None:
     storage.check_bucket(_WORKDIR.value or '', '--workdir')
     storage.check_bucket(_DRY_RUN_JSON.value or '', '--dry_run_json')
     if _DRY_RUN.value:
-      dryrun.dry_run(config_arg, overrides, _RUNG.value, _TOPOLOGY.value, _NUM_SLICES.value,
-                     _DRY_RUN_JSON.value, num_nodes=_NUM_NODES.value,
-                     resume=_DRY_RUN_RESUME.value)
+      dry_run(config_arg, overrides, _RUNG.value, _TOPOLOGY.value, _NUM_SLICES.value,
+              _DRY_RUN_JSON.value, num_nodes=_NUM_NODES.value, resume=_DRY_RUN_RESUME.value)
     else:
       run_ladder(config_arg, _WORKDIR.value, overrides, _RUNG.value, _ALLOW_CHANGE.value)
   except ConfigError as e:

@@ -161,6 +161,19 @@ def test_invalid_config_exits_2_with_one_line(tmp_path, experiment, flag, field)
   assert not workdir.exists()
 
 
+def test_an_unknown_config_flag_names_the_fields_of_its_section(tmp_path, experiment):
+  """At parse time: the field and its section's fields (not a KeyError's text), exit 2."""
+  workdir = tmp_path / 'never'
+  res = _cli(f'--config={experiment}', f'--workdir={workdir}', *TINY,
+             '--config.model.nosuchfield=1')
+  assert res.returncode == 2, (res.returncode, res.stderr[-2000:])
+  line, = [l for l in res.stderr.splitlines() if l.strip()]
+  assert line.startswith('error: model.nosuchfield (command line) is not a config field: allowed '
+                         'model.FIELD with FIELD in '), line
+  assert ' d_model, ' in line and ' num_layers, ' in line
+  assert not workdir.exists()
+
+
 def test_background_failures_print_one_line_each(monkeypatch, capsys):
   """Native threads print a failed callback through sys.unraisablehook: a full disk made
   each of tensorstore's pending save callbacks print a traceback ('Event loop is closed')

@@ -12,6 +12,7 @@ import jax
 import pytest
 
 from depthscale.errors import ConfigError
+from depthscale import experiment
 from depthscale.experiment import resolve
 from depthscale.model import ops
 from depthscale.training import dryrun, gpus, topology
@@ -92,8 +93,8 @@ def test_small_ladder_compiles_for_a_4_chip_slice(tmp_path):
   JSON table is what dry_run returned."""
   path, out = tmp_path / 'ladder.py', tmp_path / 'dry.json'
   path.write_text(LADDER)
-  reports = dryrun.dry_run(str(path), None, None, 'v5p-8', 1, str(out), shardings=False,
-                           scale_cost=False)
+  reports = experiment.dry_run(str(path), None, None, 'v5p-8', 1, str(out), shardings=False,
+                               scale_cost=False)
   assert [r['rung'] for r in reports] == ['L1', 'L2']
   assert json.loads(out.read_text())['rungs'] == json.loads(json.dumps(reports))
   for r in reports:
@@ -146,8 +147,8 @@ def test_a_record_keeps_the_config_flags_it_was_compiled_with(tmp_path):
   path = tmp_path / 'ladder.py'
   path.write_text(LADDER.replace("'mesh.fsdp': 2, 'mesh.tensor': 2", "'mesh.fsdp': 1"))
   for name, overrides in (('remat', {'model.remat': 'nothing_saveable'}), ('plain', None)):
-    dryrun.dry_run(str(path), overrides, 'L1', json_path=str(tmp_path / f'{name}.json'),
-                   shardings=False)
+    experiment.dry_run(str(path), overrides, 'L1', json_path=str(tmp_path / f'{name}.json'),
+                       shardings=False)
   remat, plain = (json.loads((tmp_path / f'{n}.json').read_text()) for n in ('remat', 'plain'))
   assert remat['overrides'] == {'model.remat': 'nothing_saveable'} and 'overrides' not in plain
   rung = {'fits': True, 'peak_bytes_per_device': 2 ** 30, 'hbm_bytes_per_device': 2 ** 31,
@@ -166,19 +167,19 @@ def test_a_resumed_dry_run_compiles_only_the_rungs_its_record_lacks(tmp_path, mo
   config flags) is refused, naming the field."""
   path, out = tmp_path / 'ladder.py', tmp_path / 'dry.json'
   path.write_text(LADDER.replace("'mesh.fsdp': 2, 'mesh.tensor': 2", "'mesh.fsdp': 1"))
-  full = json.loads(json.dumps(dryrun.dry_run(str(path), json_path=str(out), shardings=False)))
+  full = json.loads(json.dumps(experiment.dry_run(str(path), json_path=str(out), shardings=False)))
   record = json.loads(out.read_text())
   out.write_text(json.dumps({**record, 'rungs': record['rungs'][:1]}))  # stopped after L1
   checked, check_rung = [], dryrun.check_rung
   monkeypatch.setattr(dryrun, 'check_rung', lambda cfg, *a, **k: (
       checked.append(cfg.model.num_layers) or check_rung(cfg, *a, **k)))
-  resumed = dryrun.dry_run(str(path), json_path=str(out), shardings=False, resume=True)
+  resumed = experiment.dry_run(str(path), json_path=str(out), shardings=False, resume=True)
   assert checked == [2] and resumed[0] == full[0] and resumed[1]['rung'] == 'L2'
   assert json.loads(out.read_text()) == {**record, 'rungs': json.loads(json.dumps(resumed))}
   with pytest.raises(ConfigError, match=r'--dry_run_resume: .*dry.json has overrides=None, '
                                         r"this dry run \{'model.remat'"):
-    dryrun.dry_run(str(path), {'model.remat': 'nothing_saveable'}, json_path=str(out),
-                   shardings=False, resume=True)
+    experiment.dry_run(str(path), {'model.remat': 'nothing_saveable'}, json_path=str(out),
+                       shardings=False, resume=True)
 
 
 @needs_libtpu
@@ -199,8 +200,8 @@ def test_a_rung_the_tpu_compiler_refuses_is_reported_and_the_ladder_goes_on(tmp_
     return compile_train_step(plan, step_fn, state, batch, options)
 
   monkeypatch.setattr(dryrun.sharding.Plan, 'compile_train_step', compile_or_refuse)
-  reports = dryrun.dry_run(str(path), None, None, 'v5p-8', 1, None, shardings=False,
-                           scale_cost=False)
+  reports = experiment.dry_run(str(path), None, None, 'v5p-8', 1, None, shardings=False,
+                               scale_cost=False)
   _check_tpu_report(reports[0], 1)
   (_, two_layers), = resolve(str(path), rung='L2', check_machine=False)
   assert {k: v for k, v in reports[1].items() if k != 'non_embedding_params'} == {
@@ -296,8 +297,8 @@ def get_config(arg=None):
 def get_ladder(arg=None):
   return [Rung('f32', {{}})]
 ''')
-  r, = dryrun.dry_run(str(path), None, None, 'h100-8', 1, str(out), shardings=False,
-                      scale_cost=False)
+  r, = experiment.dry_run(str(path), None, None, 'h100-8', 1, str(out), shardings=False,
+                          scale_cost=False)
   assert r['steps']['plain']['attention'] == r['steps']['stats']['attention'] == 'xla'
   assert r['attention_note'] == ("XLA's attention on GPU: dtype float32 (cuDNN fuses bfloat16 "
                                  'and float16)')

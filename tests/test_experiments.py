@@ -59,6 +59,26 @@ def test_overrides_apply_in_order():
   assert rung.name == 'post_ln_L8' and cfg.model.block == 'post_ln' and cfg.model.num_layers == 5
 
 
+@pytest.mark.parametrize('key,allowed', [
+    ('model.nosuchfield', 'model.FIELD with FIELD in '),
+    ('model.num_layers.x', 'model.FIELD with FIELD in '),
+    ('mesh.rules.nosuchaxis', 'mesh.rules.FIELD with FIELD in batch, embed, heads, kv, layers'),
+    ('nosection.x', 'SECTION.FIELD with SECTION in data, mesh, metrics, model, optim, posthoc'),
+    ('model', 'SECTION.FIELD with SECTION in data, '),
+])
+def test_an_unknown_field_names_the_fields_of_its_section(key, allowed):
+  """Rung overrides and command-line flags: the field and what its section allows."""
+  path = os.path.join(ROOT, 'experiments', 'quickstart.py')
+  for check in (lambda: experiment.check_flags(path, ['model.d_model', key]),
+                lambda: experiment.resolve(path, {key: 1})):
+    with pytest.raises(ConfigError) as e:
+      check()
+    assert str(e.value).startswith(f'{key} (command line) is not a config field: allowed {allowed}')
+  if allowed.startswith('model.'):
+    assert 'num_layers, ' in str(e.value) and 'd_model, ' in str(e.value)
+  experiment.check_flags(path, ['model.d_model', 'mesh.rules.batch'])  # fields: no error
+
+
 TEXT_FILES = [f for f in FILES if hasattr(experiment.load_module(f), 'TEXT')]
 
 

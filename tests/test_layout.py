@@ -1,15 +1,21 @@
-"""The package's shape: no import cycles, model/ independent of training/ and results/, no
-imports inside functions, no placement-name checks outside the placement table, and the
-table refuses unknown features. Static (ast), no JAX compilation."""
+"""The package's shape: no import cycles, model/ independent of training/ and results/, the
+trainer's layers (training/, model/, data/) importing no post-hoc procedure, experiment layer
+or command line, no imports inside functions, no placement-name checks outside the placement
+table, the table refuses unknown features and validation reads its modifier rows. Static
+(ast) or config validation only, no JAX compilation."""
 
 import ast
 import io
 import pathlib
+import re
 import tokenize
 
 import pytest
 
+from depthscale.config import validate
+from depthscale.errors import ConfigError
 from depthscale.model import placements
+from tests.helpers import small_config
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / 'depthscale'
@@ -63,6 +69,39 @@ def test_model_imports_nothing_from_training_or_results():
       assert not bad, (name, bad)
 
 
+LOWER_LAYERS = ('depthscale.training', 'depthscale.model', 'depthscale.data')
+UPPER_LAYERS = ('depthscale.posthoc', 'depthscale.experiment')  # and every command line
+
+
+def _is_cli(path: pathlib.Path) -> bool:
+  """A command line: a module with an `if __name__ == '__main__'` block."""
+  return any(isinstance(n, ast.If) and isinstance(n.test, ast.Compare)
+             and isinstance(n.test.left, ast.Name) and n.test.left.id == '__name__'
+             for n in ast.parse(path.read_text()).body)
+
+
+def _climbs(name: str, imported: set[str], clis: set[str]) -> set[str]:
+  """What a lower-layer module imports from above it (a CLI module may run itself)."""
+  return {m for m in imported if m.startswith(UPPER_LAYERS) or m in clis - {name}}
+
+
+def test_the_trainer_imports_nothing_above_it(tmp_path):
+  """The loop, the model and the data know no post-hoc procedure (they reach the loop through
+  depthscale.training.procedures), no experiment layer and no command line; imports inside
+  functions count too."""
+  modules = _modules()
+  clis = {m for m, p in modules.items() if _is_cli(p)}
+  assert {'depthscale.main', 'depthscale.compare', 'depthscale.data.prepare'} <= clis
+  for name, path in modules.items():
+    if name.startswith(LOWER_LAYERS):
+      assert not _climbs(name, _imports(path, modules), clis), (name, _climbs(
+          name, _imports(path, modules), clis))
+  planted = tmp_path / 'planted.py'
+  planted.write_text('def f():\n  from depthscale import posthoc\n  import depthscale.main\n')
+  found = _climbs('depthscale.training.planted', _imports(planted, modules), clis)
+  assert found == {'depthscale.posthoc', 'depthscale.main'}
+
+
 def test_no_imports_inside_functions():
   """Every import is at module level, so the dependency graph above is the whole story."""
   for path in PACKAGE.rglob('*.py'):
@@ -97,6 +136,25 @@ def test_placement_rows_refuse_unknown_features():
     placements.Placement(placements.pre_ln, final_norm=True, inner=frozenset({'attn_outt'}))
   with pytest.raises(ValueError, match='unknown placement features'):
     placements.Placement(placements.pre_ln, final_norm=True, modifiers=frozenset({'gpass'}))
+
+
+# a value that switches each modifier on (placements.MODIFIERS)
+SWITCHED_ON = {'gpas': True, 'ln_scaling': True, 'layer_rope': True, 'parallel_block': 'gptj',
+               'init': 'deepscalelm', 'norm': 'crmsnorm'}
+
+
+@pytest.mark.parametrize('name', sorted(placements.MODIFIERS))
+def test_validation_reads_the_modifier_rows(name):
+  """A modifier switched on with a placement whose row lacks it fails in one line naming its
+  row's field and the placements that have it; with one that has it, it validates."""
+  modifier = placements.MODIFIERS[name]
+  on = {f'model.{modifier.field}': SWITCHED_ON[modifier.field]}
+  allowed = ', '.join(placements.with_modifier(name))
+  with pytest.raises(ConfigError, match=rf'^model.{modifier.field}=.* is invalid: allowed '
+                                        rf'{re.escape(modifier.off)} unless model.block in '
+                                        rf'{allowed}'):
+    validate(small_config(**on, **{'model.block': 'sub_ln'}))
+  validate(small_config(**on, **{'model.block': placements.with_modifier(name)[0]}))
 
 
 # Files that are not a run's: the experiment file (Python code, imported like a module), the

@@ -37,11 +37,29 @@ class Sublayer:
 
 # Norms inside the sublayers a placement can switch on (depthscale.model.inner_norms).
 INNER = frozenset({'attn_out', 'mlp_mid', 'head_scale', 'qkv', 'linear', 'ngpt'})
-# Switches that compose with some placements only: model.gpas, model.ln_scaling,
-# model.layer_rope, model.parallel_block, model.init='deepscalelm' and model.norm='crmsnorm'
-# (a compressed zero-mean stream that no norm writes; the Pre-LN conversion's source).
-MODIFIERS = frozenset({'gpas', 'ln_scaling', 'layer_rope', 'parallel_block', 'deepscalelm',
-                       'crmsnorm'})
+
+
+@dataclasses.dataclass(frozen=True)
+class Modifier:
+  """A switch that composes with some placements only (the rows naming it in `modifiers`):
+  the model field that turns it on, and what that field allows with the other placements."""
+  field: str  # the model field
+  on: Callable[[Any], bool]  # (model cfg) -> switched on
+  off: str  # the field's allowed values with a placement that does not compose with it
+  why: str = ''  # the reason it needs those placements, where one is worth stating
+
+
+MODIFIERS: dict[str, Modifier] = {
+    'gpas': Modifier('gpas', lambda m: m.gpas, 'False'),
+    'ln_scaling': Modifier('ln_scaling', lambda m: m.ln_scaling, 'False'),
+    'layer_rope': Modifier('layer_rope', lambda m: m.layer_rope, 'False'),
+    'parallel_block': Modifier('parallel_block', lambda m: m.parallel_block != 'none', 'none'),
+    'deepscalelm': Modifier('init', lambda m: m.init == 'deepscalelm',
+                            "an init other than 'deepscalelm'"),
+    'crmsnorm': Modifier('norm', lambda m: m.norm == 'crmsnorm', "a norm other than 'crmsnorm'",
+                         "a compressed zero-mean stream that no norm writes; the Pre-LN "
+                         "conversion's source"),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,9 +79,10 @@ class Placement:
   check: Callable[[Any], None] | None = None  # (full cfg) -> raises ConfigError for what it needs
 
   def __post_init__(self):
-    unknown = (self.inner - INNER) | (self.modifiers - MODIFIERS)
+    unknown = (self.inner - INNER) | (self.modifiers - set(MODIFIERS))
     if unknown:
-      raise ValueError(f'unknown placement features {sorted(unknown)}: allowed {sorted(INNER | MODIFIERS)}')
+      raise ValueError(f'unknown placement features {sorted(unknown)}: allowed '
+                       f'{sorted(INNER | set(MODIFIERS))}')
 
 
 def _read(x, s: Sublayer):
@@ -222,6 +241,16 @@ PLACEMENTS: dict[str, Placement] = {
 def with_modifier(modifier: str) -> list[str]:
   """The placements that compose with a modifier."""
   return [name for name, row in PLACEMENTS.items() if modifier in row.modifiers]
+
+
+def check_modifiers(m) -> None:
+  """Raises ConfigError for a switched-on modifier that model.block does not compose with."""
+  row = PLACEMENTS[m.block]
+  for name, modifier in MODIFIERS.items():
+    if modifier.on(m) and name not in row.modifiers:
+      why = f' ({modifier.why})' if modifier.why else ''
+      raise invalid(f'model.{modifier.field}', m[modifier.field], f'{modifier.off} unless '
+                    f'model.block in {", ".join(with_modifier(name))}{why}')
 
 
 def gpas(a: jax.Array, x: jax.Array) -> jax.Array:

@@ -13,6 +13,7 @@ from depthscale.errors import ConfigError, invalid
 from depthscale.model.transformer import make_model
 from depthscale.posthoc import prune, streams
 from depthscale.results.loader import flatten
+from depthscale.training import procedures
 from depthscale.training.checkpoint import Checkpointer
 from depthscale.training.optim import make_optimizer
 from depthscale.training.steps import init_state
@@ -123,3 +124,25 @@ def start(cfg, src_cfg, workdir: str, sharding, fresh) -> tuple[dict, dict]:
   params = overlay(jax.device_get(fresh), params, cfg.posthoc.init_from)
   info['posthoc_start_eval_loss'] = mean_loss(params, model)
   return params, info
+
+
+def describe(cfg, info: dict) -> str:
+  """One line on the start: what was dropped, the eval loss before fine-tuning."""
+  line = f'starts from {cfg.posthoc.init_from}'
+  n = cfg.posthoc.prune_layers
+  if n:
+    first = info['prune_first_block']
+    line += (f': blocks {first}-{first + n - 1} of {cfg.model.num_layers + n} dropped (angular '
+             f'distance {info["prune_distance"]:.4f})')
+  return line + (f'; eval loss {info["posthoc_source_eval_loss"]:.4f} -> '
+                 f'{info["posthoc_start_eval_loss"]:.4f} before fine-tuning')
+
+
+def _start_hook(cfg, src_cfg, workdir: str, sharding, fresh) -> procedures.Start:
+  params, info = start(cfg, src_cfg, workdir, sharding, fresh)
+  return procedures.Start(params, info, describe(cfg, info))
+
+
+procedures.register(procedures.Procedure(
+    'init_from', switch='init_from', fields=('init_from', 'prune_layers'), check=check,
+    start=_start_hook))

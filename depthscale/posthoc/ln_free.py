@@ -20,6 +20,7 @@ import numpy as np
 from depthscale.errors import invalid
 from depthscale.model.param_tree import path_keys
 from depthscale.model.transformer import Transformer, make_model
+from depthscale.training import procedures
 from depthscale.training.optim import make_optimizer
 from depthscale.training.steps import init_state
 
@@ -107,3 +108,9 @@ class Remover:
     std = _at(self.stds(state['params'], batch), path[:-1] + ('input_std',))[0]
     c = std if layer is None else std[layer]
     return {**state, 'params': freeze(state['params'], norm, c)}
+
+
+procedures.register(procedures.Procedure(
+    'ln_free', switch='remove_norms_every', fields=('remove_norms_every', 'remove_norms_start'),
+    check=lambda cfg, workdir: check(cfg), transform=Remover,
+    summary=lambda params: {'norms_removed': removed(params)}))

@@ -16,7 +16,6 @@ from jax._src.lib import _jax
 
 from depthscale import storage
 from depthscale.errors import ConfigError
-from depthscale.experiment import resolve
 from depthscale.model import ops
 from depthscale.model.param_tree import LOOP_LORA
 from depthscale.model.transformer import make_model, param_counts
@@ -315,23 +314,29 @@ def _where(s: topology.Slice | None, n_devices: int) -> str:
           f'XLA_PYTHON_CLIENT_MEM_FRACTION={gpus.MEMORY_FRACTION})')
 
 
-def dry_run(config_arg: str, overrides: dict | None = None, rung: str | None = None,
-            topology_name: str | None = None, num_slices: int = 1,
-            json_path: str | None = None, shardings: bool = True,
-            scale_cost: bool = True, num_nodes: int = 1, resume: bool = False) -> list[dict]:
-  """Checks every selected rung (for a TPU slice or num_nodes GPU nodes if topology_name is
-  given); prints a table row per rung (and its shardings), returns the reports, and writes
-  them to json_path (with `overrides`, the command line's config flags, where there are
-  any). scale_cost (TPU, GPU): XLA's cost with every layer counted and the step-time
-  estimate. resume: keep the rungs an earlier run of the same dry run (interrupted) wrote
-  to json_path and compile only the others."""
-  devices = slice_ = None
-  given, overrides = dict(overrides or {}), dict(overrides or {})
-  if topology_name:
-    slice_ = topology.parse(topology_name, num_slices, num_nodes)
-    if num_slices > 1:
-      overrides.setdefault('mesh.dcn_data', num_slices)
-    devices = topology.devices(slice_)
+def target_overrides(slice_: topology.Slice | None, overrides: dict | None) -> dict:
+  """The command line's config flags for a dry run on slice_: over several TPU slices,
+  mesh.dcn_data defaults to their count."""
+  out = dict(overrides or {})
+  if slice_ is not None and slice_.num_slices > 1:
+    out.setdefault('mesh.dcn_data', slice_.num_slices)
+  return out
+
+
+def check_ladder(resolved: list[tuple[Any, Any]], config_arg: str,
+                 overrides: dict | None = None, slice_: topology.Slice | None = None,
+                 json_path: str | None = None, shardings: bool = True,
+                 scale_cost: bool = True, resume: bool = False) -> list[dict]:
+  """Checks the resolved (rung, config) pairs of config_arg (for the TPU slice or GPU nodes
+  slice_ if given; depthscale.experiment.dry_run resolves them); prints a table row per
+  rung (and its shardings), returns the reports, and writes them to json_path (with
+  `overrides`, the command line's config flags, where there are any). scale_cost (TPU,
+  GPU): XLA's cost with every layer counted and the step-time estimate. resume: keep the
+  rungs an earlier run of the same dry run (interrupted) wrote to json_path and compile only
+  the others."""
+  given = dict(overrides or {})
+  devices = topology.devices(slice_) if slice_ is not None else None
+  topology_name, num_slices = (slice_.name, slice_.num_slices) if slice_ else (None, 1)
   header = HEADER + (f' {"HBM_GiB":>8} {"fit":<12} {"attn":<6} {"xlaTFLOP":>8} {"modTFLOP":>8}'
                      f' {"xla_GB":>8} {"step_s":>8} {"MFU%":>5}' if slice_ else '')
   estimate_text = GPU_ESTIMATE if slice_ is not None and slice_.platform == 'gpu' else ESTIMATE
@@ -343,9 +348,8 @@ def dry_run(config_arg: str, overrides: dict | None = None, rung: str | None = N
   if given:
     record['overrides'] = given
   if slice_ is not None and slice_.platform == 'gpu':
-    record.update(num_nodes=num_nodes, gpu_source=slice_.chip.source)
+    record.update(num_nodes=slice_.num_nodes, gpu_source=slice_.chip.source)
   kept = _kept_reports(json_path, record) if resume else {}
-  resolved = resolve(config_arg, overrides, rung, check_machine=False)
   width = max([16] + [len(r.name) for r, _ in resolved])  # the rung column
   for r, cfg in resolved:
     key = _shape_key(cfg)

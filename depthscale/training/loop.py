@@ -11,10 +11,9 @@ from depthscale import data, storage
 from depthscale.errors import WriteError
 from depthscale.model import ops, recurrence, taper
 from depthscale.model.transformer import make_model, param_counts
-from depthscale.posthoc import init_from, ln_free
 from depthscale.results import plots, raster
-from depthscale.training import (cpu_calibration, distributed, host_memory, resume, sharding,
-                                 tb_layout)
+from depthscale.training import (cpu_calibration, distributed, host_memory, procedures, resume,
+                                 sharding, tb_layout)
 from depthscale.training.analysis import Analyzer, analysed_layers, compile_mode, evenly_spaced
 from depthscale.training.checkpoint import Checkpointer, CheckpointError, abstract
 from depthscale.training.optim import make_optimizer, schedule
@@ -38,18 +37,6 @@ class NonFiniteError(RuntimeError):
 def _eta(seconds: float) -> str:
   s = int(max(seconds, 0))
   return f'{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}'
-
-
-def _describe_start(name: str, cfg, info: dict) -> str:
-  """One line on a run started from posthoc.init_from: what was dropped, the eval loss."""
-  line = f'{name} starts from {cfg.posthoc.init_from}'
-  n = cfg.posthoc.prune_layers
-  if n:
-    first = info['prune_first_block']
-    line += (f': blocks {first}-{first + n - 1} of {cfg.model.num_layers + n} dropped (angular '
-             f'distance {info["prune_distance"]:.4f})')
-  return line + (f'; eval loss {info["posthoc_source_eval_loss"]:.4f} -> '
-                 f'{info["posthoc_start_eval_loss"]:.4f} before fine-tuning')
 
 
 class _Logs:
@@ -173,8 +160,7 @@ def train_rung(cfg, workdir: str, *, name: str = '', stop_at_step: int | None = 
   """
   check_inputs(cfg, workdir)
   changes = resume.check_config(cfg, workdir, allow_config_change)
-  source = init_from.check(cfg, workdir)
-  ln_free.check(cfg)
+  hooks = procedures.Hooks(cfg, workdir)  # the post-hoc procedures cfg switches on
   summary_path = storage.join(workdir, 'summary.json')
   if storage.exists(summary_path):
     summary = storage.read_json(summary_path)
@@ -183,7 +169,7 @@ def train_rung(cfg, workdir: str, *, name: str = '', stop_at_step: int | None = 
   with Watchdog(cfg.train.watchdog_seconds, name, jax.process_index()) as watchdog:
     run = None
     try:
-      run = _Run(cfg, workdir, name, changes, watchdog, source)
+      run = _Run(cfg, workdir, name, changes, watchdog, hooks)
       with Preemption(name, run.ckpt.kept) as preempt:
         try:
           result = run.loop(preempt, stop_at_step)
@@ -207,7 +193,7 @@ class _Run:
   """State of one rung's training: compiled steps, data, checkpoints, logs and clocks."""
 
   def __init__(self, cfg, workdir: str, name: str, config_changes: dict[str, tuple],
-               watchdog: Watchdog, source=None):
+               watchdog: Watchdog, hooks: procedures.Hooks):
     self.cfg, self.workdir, self.name, self.watchdog = cfg, workdir, name, watchdog
     watchdog.enter('start-up')
     self.lead = jax.process_index() == 0
@@ -225,15 +211,13 @@ class _Run:
     self.params, self.non_embedding_params = total - masked, non_embedding - masked
     self.compute_params = recurrence.compute_params(cfg.model, self.state['params'],
                                                     self.non_embedding_params)
-    self.posthoc_info: dict = {}
-    if source is not None:  # posthoc.init_from: the start (a checkpoint of this rung wins)
-      params, self.posthoc_info = init_from.start(cfg, source, workdir, self.plan.replicated,
-                                                  self.state['params'])
+    self.hooks = hooks  # their starts (a checkpoint of this rung wins), then transforms
+    params, lines = hooks.start(cfg, workdir, self.plan.replicated, self.state['params'])
+    if lines:
       self.state = {**self.state, 'params': jax.device_put(params, self.plan.state['params'])}
-      if self.lead:
-        print(_describe_start(name, cfg, self.posthoc_info), flush=True)
-    self.remover = ln_free.Remover(cfg, model, self.state['params']
-                                   ) if cfg.posthoc.remove_norms_every else None
+    for line in lines if self.lead else ():
+      print(f'{name} {line}', flush=True)
+    hooks.prepare(cfg, model, self.state['params'])
     # param_rotation's reference, on device (the train step donates the state's own buffers)
     init_blocks = sharding.owned_copy(self.state['params']['blocks'],
                                       self.plan.state['params']['blocks']
@@ -312,8 +296,7 @@ class _Run:
       if s > self.start:
         self.watchdog.enter('data', s)
         self.batch = self.plan.global_batch(next(self.it))
-      if self.remover:
-        self.state = self.remover(self.state, s, self.batch)
+      self.state = self.hooks.before_step(self.state, s, self.batch)
       if self.analyzer and (s % self.cfg.metrics.analysis_every == 0 or s == steps - 1):
         self._analyse(s)  # the last one shares the final logging step's record
       step_fn = self.with_stats if s % t.log_every == 0 or s == steps - 1 else self.plain
@@ -422,9 +405,8 @@ class _Run:
         'params': self.params, 'non_embedding_params': self.non_embedding_params,
         'compute_params': self.compute_params,
         'tokens': cfg.train.steps * self.tokens_per_step, 'steps': cfg.train.steps,
-        'compile_s': self.compile_s, **self.posthoc_info,
+        'compile_s': self.compile_s, **self.hooks.final(self.state['params']),
         **({'cpu_options': self.cpu_options['choice']} if self.cpu_options else {}),
-        **({'norms_removed': ln_free.removed(self.state['params'])} if self.remover else {}),
         **({'data_sha256': self.data_info['sha256']} if 'sha256' in self.data_info else {}),
         'tokens_per_sec': c['tokens'] / c['seconds'] if c['seconds'] else
                           resume.logged_tokens_per_sec(self.workdir, self.tokens_per_step),
