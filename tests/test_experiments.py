@@ -63,7 +63,7 @@ def test_overrides_apply_in_order():
     ('model.nosuchfield', 'model.FIELD with FIELD in '),
     ('model.num_layers.x', 'model.FIELD with FIELD in '),
     ('mesh.rules.nosuchaxis', 'mesh.rules.FIELD with FIELD in batch, embed, heads, kv, layers'),
-    ('nosection.x', 'SECTION.FIELD with SECTION in data, mesh, metrics, model, optim, posthoc'),
+    ('nosection.x', 'SECTION.FIELD with SECTION in data, launch, mesh, metrics, model, optim, posthoc'),
     ('model', 'SECTION.FIELD with SECTION in data, '),
 ])
 def test_an_unknown_field_names_the_fields_of_its_section(key, allowed):
