@@ -17,9 +17,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from depthscale import storage
 from depthscale.config import ConfigDict
 from depthscale.errors import ConfigError, invalid
-from depthscale.hf import architectures, safetensors, weights
+from depthscale.hf import architectures, safetensors, tokenizer_files, weights
 from depthscale.model.transformer import make_model
 
 INDEX = 'model.safetensors.index.json'
@@ -28,12 +29,10 @@ CHECKPOINT = 'a Hugging Face checkpoint directory holding config.json and model.
 
 
 def is_checkpoint(path: str) -> bool:
-  """Whether path is a directory holding a Hugging Face config.json (with a model_type)."""
-  config = os.path.join(path, 'config.json')
-  if not os.path.isfile(config):
-    return False
-  with open(config) as f:
-    return 'model_type' in json.load(f)
+  """Whether path is a directory holding a Hugging Face config.json (with a model_type; a
+  rung's config.json has none)."""
+  config = storage.join(path, 'config.json')
+  return storage.exists(config) and 'model_type' in storage.read_json(config)
 
 
 def hf_config(path: str) -> dict:
@@ -150,3 +149,51 @@ def _check_unused(files: dict, used: set[str], cfg, family: str) -> None:
       continue
     raise invalid('tensor', name, f'only tensors of the {family} architecture depthscale maps '
                   '(this one has no depthscale parameter)')
+
+
+def save(cfg, params, out: str, dtype: str = 'float32') -> None:
+  """Writes the model (cfg: the full config; params: its parameters, on device or host) as
+  a Hugging Face checkpoint directory: config.json, model.safetensors in `dtype` (float32
+  or bfloat16) and, when data.tokenizer is a tokenizer file, the tokenizer's files. Raises
+  ConfigError, before anything is written, when the model is neither a GPT-2 nor a Llama
+  (architectures.export_family names the field). Leaves are written one at a time."""
+  family = architectures.export_family(cfg)
+  if dtype not in safetensors.EXPORT_DTYPES:
+    raise invalid('dtype', dtype, ', '.join(safetensors.EXPORT_DTYPES))
+  config = {**architectures.from_config(cfg, family), 'dtype': dtype}
+  files = tokenizer_files.read(cfg.data.tokenizer)
+  if files.eos_id is not None:
+    config['eos_token_id'] = config['bos_token_id'] = files.eos_id
+  # the Hugging Face model's biases that depthscale's model lacks are written as zeros
+  attn_bias, mlp_bias = weights.hf_biases(family, cfg.model)
+  with_biases = cfg.copy_and_resolve_references()
+  with_biases.model.update(attn_bias=attn_bias, mlp_bias=mlp_bias)
+  shapes = param_shapes(with_biases)
+  rules = weights.rules_for(family, cfg.model, cfg.data.seq_len)
+  np_dtype = safetensors.DTYPES[safetensors.EXPORT_DTYPES[dtype]]
+
+  def layers(rule):
+    return range(cfg.model.num_layers) if rule.in_blocks else [None]
+
+  def leaf(path, layer):
+    try:
+      value = _get(params, path)
+    except KeyError:
+      value = np.zeros(_get(shapes, path).shape, np.float32)
+    return np.asarray(jax.device_get(value if layer is None else value[layer]), np.float32)
+
+  hint = {n.format(i=l): (shape, np_dtype) for rule in rules
+          for n, shape in zip(rule.names, _expected(rule, shapes)) for l in layers(rule)}
+
+  def tensors():
+    for rule in rules:
+      for layer in layers(rule):
+        parts = rule.split(*(leaf(p, layer) for p in rule.paths))
+        for name, part in zip(rule.names, parts):
+          yield name.format(i=layer), part.astype(np_dtype)
+
+  os.makedirs(out, exist_ok=True)
+  safetensors.write(os.path.join(out, SINGLE), tensors(), {'format': 'pt'}, hint)
+  files.write(out)
+  with open(os.path.join(out, 'config.json'), 'w') as f:
+    json.dump(config, f, indent=2)

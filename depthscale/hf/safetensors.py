@@ -16,6 +16,7 @@ DTYPES = {'F64': np.float64, 'F32': np.float32, 'F16': np.float16, 'BF16': ml_dt
           'I64': np.int64, 'I32': np.int32, 'I16': np.int16, 'I8': np.int8, 'U8': np.uint8,
           'BOOL': np.bool_}
 NAMES = {np.dtype(v): k for k, v in DTYPES.items()}
+EXPORT_DTYPES = {'float32': 'F32', 'bfloat16': 'BF16'}  # what a depthscale model is written in
 
 
 class File:
