@@ -211,3 +211,141 @@ def test_rope_scaling_frequencies_against_float64():
   cfg.model = c
   with pytest.raises(ConfigError, match='^model.rope_low_freq_factor'):
     validate(cfg)
+
+
+# ------------------------------------------------------------------ export
+
+RUNG = {'model.num_layers': 2, 'model.d_model': 32, 'model.num_heads': 4, 'data.seq_len': 16,
+        'data.batch_size': 4, 'train.steps': 2, 'train.log_every': 1, 'train.eval_every': 2,
+        'train.checkpoint_every': 2, 'optim.warmup_steps': 1, 'metrics.analysis_every': 0,
+        'metrics.images': False}
+GPT2_RUNG = {**RUNG, 'model.position': 'learned', 'model.attn_bias': 'all',
+             'model.mlp_bias': True, 'data.source': 'grammar'}
+LLAMA_RUNG = {**RUNG, 'model.norm': 'rmsnorm', 'model.mlp': 'swiglu', 'model.num_kv_heads': 2,
+              'model.tie_embeddings': False, 'model.rope_base': 500.0, 'model.vocab_size': 320}
+TEXT = ['def f(x):\n    return x + 1\n', 'The stream of a deep model.\n', 'import numpy as np\n']
+
+
+def _tokenizer(root) -> str:
+  """A BPE tokenizer.json trained on TEXT, EOS '<|endoftext|>'."""
+  from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+  tok = Tokenizer(models.BPE())
+  tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+  tok.decoder = decoders.ByteLevel()
+  tok.train_from_iterator(TEXT * 10, trainers.BpeTrainer(
+      vocab_size=300, special_tokens=['<|endoftext|>'],
+      initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+  tok.save(str(root / 'tokenizer.json'))
+  return str(root / 'tokenizer.json')
+
+
+@pytest.fixture(scope='module', params=['gpt2', 'llama'])
+def exported(request, tmp_path_factory):
+  """(family, rung dir, export dir, the rung's config and final parameters) of a rung trained
+  2 steps: a GPT-2 with every bias on the grammar data, a Llama (GQA, untied head) on a text
+  corpus with a BPE tokenizer.json."""
+  root = tmp_path_factory.mktemp(f'rung_{request.param}')
+  if request.param == 'gpt2':
+    overrides = GPT2_RUNG
+  else:
+    for i, doc in enumerate(TEXT * 40):
+      (root / f'doc{i}.txt').write_text(doc)
+    overrides = {**LLAMA_RUNG, 'data.source': f'text:{root}/doc*.txt',
+                 'data.tokenizer': _tokenizer(root)}
+  cfg = tiny_config(**overrides)
+  rung = str(root / 'rung')
+  train_rung(cfg, rung)
+  out = str(root / 'hf')
+  assert export(rung, out) == request.param
+  src = init_from.read_config(rung)
+  return request.param, rung, out, src, init_from.restore_params(src, rung, None)
+
+
+def test_export_loads_in_transformers_with_equal_logits(exported):
+  family, _, out, cfg, params = exported
+  model = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
+  assert type(model).__name__ == {'gpt2': 'GPT2LMHeadModel', 'llama': 'LlamaForCausalLM'}[family]
+  tokens = np.random.default_rng(1).integers(0, cfg.model.vocab_size, (2, cfg.data.seq_len))
+  assert relative_error(logits_of(cfg, params, tokens), torch_logits(model, tokens)) < 1e-5
+
+
+def test_import_after_export_is_bit_for_bit(exported):
+  _, _, out, cfg, params = exported
+  cfg_back, back = hf.load(out)
+  ours, theirs = jax.tree_util.tree_flatten_with_path(params)[0], jax.tree.leaves(back)
+  assert jax.tree.structure(params) == jax.tree.structure(back)
+  for (path, a), b in zip(ours, theirs):
+    assert np.array_equal(np.asarray(a), np.asarray(b)), jax.tree_util.keystr(path)
+  fields = ('num_layers', 'd_model', 'num_heads', 'num_kv_heads', 'd_ff', 'norm', 'norm_eps',
+            'position', 'rope_base', 'mlp', 'tie_embeddings', 'attn_bias', 'mlp_bias', 'vocab_size')
+  assert {f: cfg_back.model[f] for f in fields} == {f: cfg.model[f] if f != 'd_ff' else
+                                                    cfg.model.d_ff or 4 * cfg.model.d_model
+                                                    for f in fields}
+
+
+def test_export_writes_the_tokenizer(exported):
+  """The exported tokenizer (transformers' AutoTokenizer) gives depthscale's token ids and
+  EOS; a byte-tokenized rung has no tokenizer files."""
+  family, _, out, cfg, _ = exported
+  if family == 'gpt2':
+    assert not os.path.exists(os.path.join(out, 'tokenizer.json'))
+    return
+  from depthscale.data import tokenizer
+  ours = tokenizer.load(cfg.data.tokenizer)
+  theirs = transformers.AutoTokenizer.from_pretrained(out)
+  text = 'def g(y):\n    return np.sum(y)\n'
+  assert theirs.encode(text, add_special_tokens=False) == ours.encode(text.encode()).tolist()
+  assert theirs.eos_token_id == ours.eos_id == json.load(open(os.path.join(out, 'config.json')))[
+      'eos_token_id']
+
+
+def test_export_fills_the_missing_gpt2_biases_with_zeros(tmp_path):
+  """A bias-free GPT-2-shaped model saves with zero biases (GPT-2 has them): transformers'
+  logits are depthscale's, and the import is the model's parameters plus zero biases."""
+  cfg = tiny_config(**{**GPT2_RUNG, 'model.attn_bias': 'none', 'model.mlp_bias': False})
+  model = make_model(cfg)
+  tokens = np.random.default_rng(2).integers(0, cfg.model.vocab_size, (2, cfg.data.seq_len))
+  import flax.linen as nn
+  params = nn.unbox(model.init(jax.random.PRNGKey(3), jnp.asarray(tokens))['params'])
+  hf.save(cfg, params, str(tmp_path), 'float32')
+  theirs = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path)).eval()
+  assert relative_error(logits_of(cfg, params, tokens), torch_logits(theirs, tokens)) < 1e-5
+  _, back = hf.load(str(tmp_path))
+  for sub, names in (('attn', ('qkv_bias', 'o_bias')), ('mlp', ('wi_bias', 'wo_bias'))):
+    for name in names:
+      assert not np.asarray(back['blocks'][sub].pop(name)).any()
+  for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(back)):
+    assert np.array_equal(np.asarray(a), np.asarray(b))
+
+
+@pytest.mark.parametrize('overrides, field', [
+    ({}, 'model.position'),  # the default: LayerNorm with RoPE is neither
+    ({'model.norm': 'rmsnorm', 'model.position': 'rope', 'model.mlp': 'gelu'}, 'model.mlp'),
+    ({'model.block': 'post_ln'}, 'model.block'),
+    ({'model.residual': 'hyper_connections'}, 'model.residual'),
+    ({'model.norm': 'dyt'}, 'model.norm'),
+    ({'model.parametrization': 'mup', 'model.position': 'learned'}, 'model.parametrization'),
+    ({'model.position': 'learned', 'model.num_kv_heads': 1}, 'model.num_kv_heads'),
+])
+def test_export_refuses_what_does_not_map(overrides, field):
+  with pytest.raises(ConfigError, match='^' + field) as e:
+    architectures.export_family(tiny_config(**overrides))
+  assert '\n' not in str(e.value)
+
+
+@pytest.mark.slow
+def test_export_cli(exported, tmp_path):
+  """The command writes a checkpoint (exit 0) and refuses a directory holding files (exit 2,
+  one line naming --out) without touching them."""
+  family, rung, out, _, _ = exported
+  if family != 'gpt2':
+    pytest.skip('one family shows it')
+  run = lambda o: subprocess.run([sys.executable, '-m', 'depthscale.export', rung, f'--out={o}'],
+                                 capture_output=True, text=True, cwd=ROOT)
+  ok = run(tmp_path / 'new')
+  assert ok.returncode == 0, ok.stderr
+  assert sorted(os.listdir(tmp_path / 'new')) == sorted(os.listdir(out))
+  before = (tmp_path / 'new' / 'model.safetensors').read_bytes()
+  again = run(tmp_path / 'new')
+  assert again.returncode == 2 and again.stderr.strip().startswith('error: --out=')
+  assert (tmp_path / 'new' / 'model.safetensors').read_bytes() == before

@@ -182,8 +182,8 @@ def save(cfg, params, out: str, dtype: str = 'float32') -> None:
       value = np.zeros(_get(shapes, path).shape, np.float32)
     return np.asarray(jax.device_get(value if layer is None else value[layer]), np.float32)
 
-  hint = {n.format(i=l): (shape, np_dtype) for rule in rules
-          for n, shape in zip(rule.names, _expected(rule, shapes)) for l in layers(rule)}
+  hint = {n.format(i=l): (shape, np_dtype) for rule in rules for l in layers(rule)
+          for n, shape in zip(rule.names, _expected(rule, shapes))}
 
   def tensors():
     for rule in rules:
