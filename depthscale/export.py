@@ -22,10 +22,6 @@ from depthscale.errors import ConfigError, invalid
 from depthscale.hf import architectures
 from depthscale.posthoc import init_from
 
-_OUT = flags.DEFINE_string('out', None, 'Directory to write the Hugging Face checkpoint to.')
-_DTYPE = flags.DEFINE_string('dtype', 'float32', 'Tensor dtype: float32 or bfloat16.')
-
-
 def export(rung: str, out: str, dtype: str = 'float32') -> str:
   """Writes the rung's latest checkpoint to out; returns the architecture written."""
   cfg = init_from.read_config(rung, 'RUNG_DIR', finished=False)
@@ -41,17 +37,20 @@ def export(rung: str, out: str, dtype: str = 'float32') -> str:
 
 
 def main(argv: list[str]) -> None:
-  if len(argv) != 2 or not _OUT.value:
+  out, dtype = flags.FLAGS.out, flags.FLAGS.dtype
+  if len(argv) != 2 or not out:
     print('error: usage: python -m depthscale.export RUNG_DIR --out=DIR', file=sys.stderr)
     sys.exit(2)
   logging.set_verbosity(logging.WARNING)  # orbax logs every restore at INFO
   try:
-    family = export(argv[1], _OUT.value, _DTYPE.value)
+    family = export(argv[1], out, dtype)
   except ConfigError as e:
     print(f'error: {e}', file=sys.stderr)
     sys.exit(2)
-  print(f'wrote {argv[1]} as a {family} checkpoint to {_OUT.value}', flush=True)
+  print(f'wrote {argv[1]} as a {family} checkpoint to {out}', flush=True)
 
 
-if __name__ == '__main__':
+if __name__ == '__main__':  # flags defined here: importing the module defines none
+  flags.DEFINE_string('out', None, 'Directory to write the Hugging Face checkpoint to.')
+  flags.DEFINE_string('dtype', 'float32', 'Tensor dtype: float32 or bfloat16.')
   app.run(main)

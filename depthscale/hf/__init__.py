@@ -19,7 +19,7 @@ import numpy as np
 
 from depthscale import storage
 from depthscale.config import ConfigDict
-from depthscale.errors import ConfigError, invalid
+from depthscale.errors import invalid
 from depthscale.hf import architectures, safetensors, tokenizer_files, weights
 from depthscale.model.transformer import make_model
 
@@ -48,15 +48,25 @@ def read_config(path: str, seq_len: int | None = None) -> ConfigDict:
   return architectures.to_config(hf_config(path), seq_len)
 
 
+def has_tokenizer(path: str) -> bool:
+  """Whether the checkpoint directory holds a tokenizer.json (data.tokenizer may name it)."""
+  return storage.exists(storage.join(path, 'tokenizer.json'))
+
+
+def check_weights(path: str) -> None:
+  """Raises ConfigError unless the directory holds model.safetensors or its index."""
+  if not any(os.path.isfile(os.path.join(path, f)) for f in (INDEX, SINGLE)):
+    raise invalid('path', path, CHECKPOINT + ' (safetensors; .bin files are not read)')
+
+
 def _tensor_files(path: str) -> dict[str, safetensors.File]:
   """Tensor name -> the opened (memory-mapped) file holding it."""
+  check_weights(path)
   if os.path.isfile(os.path.join(path, INDEX)):
     with open(os.path.join(path, INDEX)) as f:
       weight_map = json.load(f)['weight_map']
     files = {name: safetensors.File(os.path.join(path, name)) for name in set(weight_map.values())}
     return {name: files[file] for name, file in weight_map.items()}
-  if not os.path.isfile(os.path.join(path, SINGLE)):
-    raise invalid('path', path, CHECKPOINT + ' (safetensors; .bin files are not read)')
   file = safetensors.File(os.path.join(path, SINGLE))
   return {name: file for name in file.names()}
 

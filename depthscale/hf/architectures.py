@@ -52,8 +52,17 @@ def rope_fields(hf: dict) -> dict:
   return out
 
 
-def _gpt2(hf: dict) -> tuple[dict, int]:
-  """GPT-2's model fields and its number of learned positions."""
+def seq_len_limits(hf: dict) -> list[tuple[str, int]]:
+  """(config.json field, value) of every bound on the sequence length: the learned positions
+  (GPT-2), the positions of pre-training (the others) and Mistral's sliding window."""
+  names = ('n_positions',) if hf['model_type'] == 'gpt2' else ('max_position_embeddings',)
+  if hf['model_type'] == 'mistral':
+    names += ('sliding_window',)
+  return [(n, hf[n]) for n in names if hf.get(n) is not None]
+
+
+def _gpt2(hf: dict) -> dict:
+  """GPT-2's model fields."""
   _require(hf, 'activation_function', GELU_TANH, 'gelu_new',
            'gelu_new or gelu_pytorch_tanh (GELU, tanh form)')
   _require(hf, 'scale_attn_weights', (True,), True)
@@ -63,7 +72,7 @@ def _gpt2(hf: dict) -> tuple[dict, int]:
   return dict(num_layers=hf['n_layer'], d_model=d, num_heads=hf['n_head'],
               d_ff=hf.get('n_inner') or 4 * d, norm='layernorm',
               norm_eps=hf.get('layer_norm_epsilon', 1e-5), position='learned', mlp='gelu',
-              attn_bias='all', mlp_bias=True), hf['n_positions']
+              attn_bias='all', mlp_bias=True)
 
 
 def _llama_like(hf: dict, family: str) -> dict:
@@ -94,21 +103,16 @@ def family_of(hf: dict) -> str:
 def to_config(hf: dict, seq_len: int | None = None) -> ConfigDict:
   """depthscale's config (the defaults, with the model section and data.seq_len set) of a
   checkpoint's config.json. seq_len: the sequence length to run at (default: every learned
-  position for GPT-2, else the default data.seq_len or the checkpoint's limit, if lower); refused beyond the positions the
-  checkpoint has (learned) or its sliding window (Mistral)."""
+  position for GPT-2, else the default data.seq_len or the checkpoint's limit if lower);
+  refused beyond the checkpoint's limits (seq_len_limits)."""
   family = family_of(hf)
   c = default_config()
-  if family == 'gpt2':
-    fields, positions = _gpt2(hf)
-  else:
-    fields, positions = _llama_like(hf, family), hf.get('max_position_embeddings')
-  window = hf.get('sliding_window') if family == 'mistral' else None
+  fields = _gpt2(hf) if family == 'gpt2' else _llama_like(hf, family)
+  limits = seq_len_limits(hf)
   if not seq_len:
-    seq_len = positions if family == 'gpt2' else min(
-        v for v in (c.data.seq_len, positions, window) if v is not None)
-  for name, limit in (('n_positions' if family == 'gpt2' else 'max_position_embeddings',
-                       positions), ('sliding_window', window)):
-    if limit is not None and seq_len > limit:
+    seq_len = limits[0][1] if family == 'gpt2' else min([c.data.seq_len] + [v for _, v in limits])
+  for name, limit in limits:
+    if seq_len > limit:
       raise invalid('data.seq_len', seq_len, f'at most config.json {name}={limit}')
   c.model.update(fields, vocab_size=hf['vocab_size'], block='pre_ln',
                  tie_embeddings=bool(hf.get('tie_word_embeddings', TIED_BY_DEFAULT[family])),

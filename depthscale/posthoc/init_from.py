@@ -51,7 +51,10 @@ def read_config(rung: str, field: str = 'posthoc.init_from', finished: bool = Tr
 
 def source_config(rung: str, seq_len: int) -> ConfigDict:
   """The config of a finished rung, or of a Hugging Face checkpoint run at seq_len."""
-  return hf.read_config(rung, seq_len) if hf.is_checkpoint(rung) else read_config(rung)
+  if not hf.is_checkpoint(rung):
+    return read_config(rung)
+  hf.check_weights(rung)
+  return hf.read_config(rung, seq_len)
 
 
 def check(cfg, workdir: str) -> ConfigDict | None:
