@@ -299,23 +299,34 @@ def test_export_writes_the_tokenizer(exported):
       'eos_token_id']
 
 
-def test_export_fills_the_missing_gpt2_biases_with_zeros(tmp_path):
-  """A bias-free GPT-2-shaped model saves with zero biases (GPT-2 has them): transformers'
-  logits are depthscale's, and the import is the model's parameters plus zero biases."""
-  cfg = tiny_config(**{**GPT2_RUNG, 'model.attn_bias': 'none', 'model.mlp_bias': False})
+@pytest.mark.parametrize('overrides, dtype, zeros', [
+    ({**GPT2_RUNG, 'model.attn_bias': 'none', 'model.mlp_bias': False}, 'float32',
+     {'attn': ('qkv_bias', 'o_bias'), 'mlp': ('wi_bias', 'wo_bias')}),
+    ({**LLAMA_RUNG, 'model.attn_bias': 'qkv'}, 'bfloat16', {'attn': ('o_bias',)}),
+], ids=['gpt2_no_biases', 'llama_qkv_bf16'])
+def test_export_fills_missing_biases_with_zeros(overrides, dtype, zeros, tmp_path):
+  """A model without a bias its architecture has (GPT-2's, Llama's output bias next to
+  q, k, v biases) saves it as zeros: transformers' logits are depthscale's, and the import
+  is the model's parameters (rounded to the saved dtype) plus zero biases."""
+  import flax.linen as nn
+  import ml_dtypes
+  cfg = tiny_config(**overrides)
   model = make_model(cfg)
   tokens = np.random.default_rng(2).integers(0, cfg.model.vocab_size, (2, cfg.data.seq_len))
-  import flax.linen as nn
   params = nn.unbox(model.init(jax.random.PRNGKey(3), jnp.asarray(tokens))['params'])
-  hf.save(cfg, params, str(tmp_path), 'float32')
-  theirs = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path)).eval()
-  assert relative_error(logits_of(cfg, params, tokens), torch_logits(theirs, tokens)) < 1e-5
+  hf.save(cfg, params, str(tmp_path), dtype)
   _, back = hf.load(str(tmp_path))
-  for sub, names in (('attn', ('qkv_bias', 'o_bias')), ('mlp', ('wi_bias', 'wo_bias'))):
+  theirs = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path), dtype=torch.float32)
+  assert relative_error(logits_of(cfg, params, tokens) if dtype == 'float32' else
+                        logits_of(hf.read_config(str(tmp_path)), back, tokens),
+                        torch_logits(theirs.eval(), tokens)) < 1e-5
+  for sub, names in zeros.items():
     for name in names:
       assert not np.asarray(back['blocks'][sub].pop(name)).any()
+  rounded = lambda a: np.asarray(a).astype(ml_dtypes.bfloat16).astype(np.float32) if (
+      dtype == 'bfloat16') else np.asarray(a)
   for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(back)):
-    assert np.array_equal(np.asarray(a), np.asarray(b))
+    assert np.array_equal(rounded(a), np.asarray(b))
 
 
 @pytest.mark.parametrize('overrides, field', [

@@ -25,7 +25,8 @@ from depthscale.model.transformer import make_model
 
 INDEX = 'model.safetensors.index.json'
 SINGLE = 'model.safetensors'
-CHECKPOINT = 'a Hugging Face checkpoint directory holding config.json and model.safetensors or ' + INDEX
+CHECKPOINT = ('a Hugging Face checkpoint directory holding config.json and model.safetensors or '
+              + INDEX)
 
 
 def is_checkpoint(path: str) -> bool:

@@ -80,7 +80,8 @@ def _llama_like(hf: dict, family: str) -> dict:
   _require(hf, 'hidden_act', ('silu',), 'silu', "'silu' (SwiGLU)")
   d, h = hf['hidden_size'], hf['num_attention_heads']
   if hf.get('head_dim') not in (None, d // h):
-    raise invalid(_field('head_dim'), hf['head_dim'], f'hidden_size / num_attention_heads = {d // h}')
+    raise invalid(_field('head_dim'), hf['head_dim'],
+                  f'hidden_size / num_attention_heads = {d // h}')
   if family == 'qwen2':
     _require(hf, 'use_sliding_window', (False,), False)
   attn_bias = {'qwen2': 'qkv', 'mistral': 'none'}.get(family)

@@ -77,7 +77,8 @@ def gpt2_rules(m, seq_len: int, prefix: str = 'transformer.') -> list[Rule]:
   rules = [Rule((('embedding',),), (prefix + 'wte.weight',)),
            Rule((('pos_embedding',),), (prefix + 'wpe.weight',),
                 join=lambda w: (w[:seq_len],), split=lambda a: (a,)),
-           Rule((('blocks', 'attn', 'q'), ('blocks', 'attn', 'kv')), (b + 'attn.c_attn.weight',), **qkv),
+           Rule((('blocks', 'attn', 'q'), ('blocks', 'attn', 'kv')), (b + 'attn.c_attn.weight',),
+                **qkv),
            Rule((('blocks', 'attn', 'qkv_bias'),), (b + 'attn.c_attn.bias',)),
            Rule((('blocks', 'attn', 'o'),), (b + 'attn.c_proj.weight',),
                 **_reshaped((h, e, d), (h * e, d))),
@@ -114,7 +115,8 @@ def llama_rules(m, family: str) -> list[Rule]:
   attn_bias, mlp_bias = hf_biases(family, m)
   if attn_bias != 'none':
     rules.append(Rule((('blocks', 'attn', 'qkv_bias'),),
-                      tuple(attn + f'{p}_proj.bias' for p in 'qkv'), **_concatenated(h * e, k * e, k * e)))
+                      tuple(attn + f'{p}_proj.bias' for p in 'qkv'),
+                      **_concatenated(h * e, k * e, k * e)))
   if attn_bias == 'all':
     rules.append(Rule((('blocks', 'attn', 'o_bias'),), (attn + 'o_proj.bias',)))
   if mlp_bias:
