@@ -360,3 +360,31 @@ def test_export_cli(exported, tmp_path):
   again = run(tmp_path / 'new')
   assert again.returncode == 2 and again.stderr.strip().startswith('error: --out=')
   assert (tmp_path / 'new' / 'model.safetensors').read_bytes() == before
+
+
+# ------------------------------------------------------------------ post-hoc studies
+
+
+@pytest.mark.slow
+def test_pretrained_experiment_studies_an_imported_checkpoint(saved, tmp_path):
+  """experiments/pretrained.py on a saved GPT-2: its rungs start from the checkpoint
+  (posthoc.init_from); the `pretrained` rung keeps it bit for bit (one step at learning rate
+  0) and records the per-layer analyses (skip-one-block, logit lens) of the checkpoint."""
+  from depthscale import experiment
+  family, path, _, _ = saved
+  if family != 'gpt2':
+    pytest.skip('one family shows it')
+  arg = os.path.join(ROOT, 'experiments', 'pretrained.py') + ':' + path
+  resolved = experiment.resolve(arg)
+  assert [r.name for r, _ in resolved] == ['pretrained', 'prune_n0', 'prune_n1', 'ln_free']
+  assert all(c.posthoc.init_from == path for _, c in resolved)
+  assert resolved[2][1].posthoc.prune_layers == 1 and resolved[2][1].model.num_layers == 1
+  experiment.run_ladder(arg, str(tmp_path), rung='pretrained')
+  rung = str(tmp_path / 'pretrained')
+  _, params = hf.load(path, seq_len=resolved[0][1].data.seq_len)
+  after = init_from.restore_params(init_from.read_config(rung), rung, None)
+  for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(after)):
+    assert np.array_equal(np.asarray(a), np.asarray(b))
+  record = json.loads(open(os.path.join(rung, 'layer_metrics.jsonl')).readline())
+  assert record['step'] == 0 and len(record['skip_delta_loss']) == 2
+  assert len(record['logit_lens_kl']) == 2
