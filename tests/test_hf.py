@@ -148,6 +148,24 @@ def test_import_refuses_unknown_tensor(saved, tmp_path):
     hf.load(str(tmp_path))
 
 
+def test_import_reads_the_original_gpt2_layout(saved, tmp_path):
+  """GPT-2 as first released: names without 'transformer.' and the causal-mask buffers
+  ('h.{i}.attn.bias') beside the parameters; the same parameters come out."""
+  family, path, _, _ = saved
+  if family != 'gpt2':
+    pytest.skip('one family shows it')
+  src = safetensors.File(os.path.join(path, hf.SINGLE))
+  tensors = [(n.removeprefix('transformer.'), np.array(src.tensor(n))) for n in src.names()]
+  tensors += [(f'h.{i}.attn.bias', np.ones((1, 1, T, T), np.float32)) for i in range(2)]
+  safetensors.write(str(tmp_path / hf.SINGLE), tensors, {'format': 'pt'})
+  (tmp_path / 'config.json').write_text(open(os.path.join(path, 'config.json')).read())
+  _, ours = hf.load(path)
+  _, original = hf.load(str(tmp_path))
+  assert jax.tree.structure(ours) == jax.tree.structure(original)
+  for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(original)):
+    assert np.array_equal(np.asarray(a), np.asarray(b))
+
+
 def test_safetensors_round_trip_matches_the_reference_library(tmp_path):
   """Our writer's file reads back in the safetensors library, and its file in our reader."""
   st = pytest.importorskip('safetensors.numpy')
@@ -327,6 +345,26 @@ def test_export_fills_missing_biases_with_zeros(overrides, dtype, zeros, tmp_pat
       dtype == 'bfloat16') else np.asarray(a)
   for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(back)):
     assert np.array_equal(rounded(a), np.asarray(b))
+
+
+@pytest.mark.parametrize('scaling', [
+    {'model.rope_scaling': 'linear', 'model.rope_scaling_factor': 2.0},
+    {'model.rope_scaling': 'llama3', 'model.rope_scaling_factor': 8.0,
+     'model.rope_original_max_len': 16}], ids=['linear', 'llama3'])
+def test_export_rope_scaling_loads_in_transformers(scaling, tmp_path):
+  """A Llama with scaled RoPE frequencies exports as transformers' rope_scaling (logits
+  equal) and imports back with the same scaling fields."""
+  import flax.linen as nn
+  cfg = tiny_config(**{**LLAMA_RUNG, **scaling, 'model.rope_base': 10000.0})
+  tokens = np.random.default_rng(2).integers(0, cfg.model.vocab_size, (2, cfg.data.seq_len))
+  params = nn.unbox(make_model(cfg).init(jax.random.PRNGKey(3), jnp.asarray(tokens))['params'])
+  hf.save(cfg, params, str(tmp_path))
+  theirs = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path)).eval()
+  assert relative_error(logits_of(cfg, params, tokens), torch_logits(theirs, tokens)) < 1e-5
+  back = hf.read_config(str(tmp_path))
+  for field in scaling:
+    section, name = field.split('.')
+    assert back[section][name] == cfg[section][name]
 
 
 @pytest.mark.parametrize('overrides, field', [

@@ -194,6 +194,6 @@ def from_config(cfg, family: str) -> dict:
           'max_position_embeddings': max(cfg.data.seq_len, m.rope_original_max_len
                                          if m.rope_scaling == 'llama3' else 0),
           'rms_norm_eps': m.norm_eps, 'hidden_act': 'silu', 'rope_theta': m.rope_base,
-          'rope_scaling': None if m.rope_scaling == 'none' else rope, 'rope_parameters': rope,
+          'rope_scaling': None if m.rope_scaling == 'none' else rope,
           'attention_bias': m.attn_bias != 'none', 'mlp_bias': bool(m.mlp_bias), **common}
 
