@@ -113,35 +113,44 @@ def load(path: str, shardings: Any = None, seq_len: int | None = None) -> tuple[
   hf = hf_config(path)
   cfg, family = architectures.to_config(hf, seq_len), architectures.family_of(hf)
   files = _tensor_files(path)
-  prefix = _gpt2_prefix(files)
-  rules = weights.rules_for(family, cfg.model, cfg.data.seq_len, prefix)
+  rules = weights.rules_for(family, cfg.model, cfg.data.seq_len, _gpt2_prefix(files))
   shapes = param_shapes(cfg)
-  used: set[str] = set()
+  _check_tensors(files, rules, shapes, cfg, family)
   params: dict = {}
   for rule in rules:
-    expected = _expected(rule, shapes)
-    for name, shape in zip(rule.names, expected):
-      for layer in range(cfg.model.num_layers if rule.in_blocks else 1):
+    leaves = [np.empty(_get(shapes, p).shape, np.float32) for p in rule.paths]
+    for layer in rule.layers(cfg.model.num_layers):
+      names = [n.format(i=layer) for n in rule.names]
+      parts = rule.join(*(files[n].tensor(n).astype(np.float32) for n in names))
+      for leaf, part in zip(leaves, parts):
+        leaf[... if layer is None else layer] = part
+    for p, leaf in zip(rule.paths, leaves):
+      _set(params, p, _place(leaf, shardings, p))
+  return cfg, params
+
+
+def _check_tensors(files: dict, rules: list[weights.Rule], shapes, cfg, family: str) -> None:
+  """Raises ConfigError on a missing tensor, one of another shape than config.json implies
+  (GPT-2's positions may be more), or one that no rule reads (buffers and a tied head's
+  copy aside)."""
+  wanted = set()
+  for rule in rules:
+    for name, shape in zip(rule.names, _expected(rule, shapes)):
+      for layer in rule.layers(cfg.model.num_layers):
         n = name.format(i=layer)
+        wanted.add(n)
         if n not in files:
-          raise invalid('tensor', n, f'present in a {family} checkpoint (it is missing in {path})')
+          raise invalid('tensor', n, f'present in a {family} checkpoint (it is missing)')
         got = files[n].shape(n)
         if got != shape and not (rule.paths == (('pos_embedding',),) and got[0] >= shape[0]):
           raise invalid(f'tensor {n} shape', got, f'{shape}, as config.json implies')
-    leaves = [np.empty(_get(shapes, p).shape, np.float32) for p in rule.paths]
-    for layer in range(cfg.model.num_layers if rule.in_blocks else 1):
-      names = [n.format(i=layer) for n in rule.names]
-      used.update(names)
-      parts = rule.join(*(files[n].tensor(n).astype(np.float32) for n in names))
-      for leaf, part in zip(leaves, parts):
-        if rule.in_blocks:
-          leaf[layer] = part
-        else:
-          leaf[...] = part
-    for p, leaf in zip(rule.paths, leaves):
-      _set(params, p, _place(leaf, shardings, p))
-  _check_unused(files, used, cfg, family)
-  return cfg, params
+  for name in files:
+    if name in wanted or name.endswith(weights.BUFFERS):
+      continue
+    if name == 'lm_head.weight' and cfg.model.tie_embeddings:
+      continue
+    raise invalid('tensor', name, f'only tensors of the {family} architecture depthscale maps '
+                  '(this one has no depthscale parameter)')
 
 
 def _place(leaf: np.ndarray, shardings, path: tuple[str, ...]) -> jax.Array:
@@ -149,17 +158,6 @@ def _place(leaf: np.ndarray, shardings, path: tuple[str, ...]) -> jax.Array:
     return jnp.asarray(leaf)
   sharding = shardings if isinstance(shardings, jax.sharding.Sharding) else _get(shardings, path)
   return jax.device_put(leaf, sharding)
-
-
-def _check_unused(files: dict, used: set[str], cfg, family: str) -> None:
-  """Raises ConfigError on a tensor no rule read (buffers and a tied head's copy aside)."""
-  for name in files:
-    if name in used or name.endswith(weights.BUFFERS):
-      continue
-    if name == 'lm_head.weight' and cfg.model.tie_embeddings:
-      continue
-    raise invalid('tensor', name, f'only tensors of the {family} architecture depthscale maps '
-                  '(this one has no depthscale parameter)')
 
 
 def save(cfg, params, out: str, dtype: str = 'float32') -> None:
@@ -183,9 +181,6 @@ def save(cfg, params, out: str, dtype: str = 'float32') -> None:
   rules = weights.rules_for(family, cfg.model, cfg.data.seq_len)
   np_dtype = safetensors.DTYPES[safetensors.EXPORT_DTYPES[dtype]]
 
-  def layers(rule):
-    return range(cfg.model.num_layers) if rule.in_blocks else [None]
-
   def leaf(path, layer):
     try:
       value = _get(params, path)
@@ -193,12 +188,13 @@ def save(cfg, params, out: str, dtype: str = 'float32') -> None:
       value = np.zeros(_get(shapes, path).shape, np.float32)
     return np.asarray(jax.device_get(value if layer is None else value[layer]), np.float32)
 
-  hint = {n.format(i=l): (shape, np_dtype) for rule in rules for l in layers(rule)
+  num_layers = cfg.model.num_layers
+  hint = {n.format(i=l): (shape, np_dtype) for rule in rules for l in rule.layers(num_layers)
           for n, shape in zip(rule.names, _expected(rule, shapes))}
 
   def tensors():
     for rule in rules:
-      for layer in layers(rule):
+      for layer in rule.layers(num_layers):
         parts = rule.split(*(leaf(p, layer) for p in rule.paths))
         for name, part in zip(rule.names, parts):
           yield name.format(i=layer), part.astype(np_dtype)

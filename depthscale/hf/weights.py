@@ -32,6 +32,10 @@ class Rule:
   def in_blocks(self) -> bool:
     return self.paths[0][0] == 'blocks'
 
+  def layers(self, num_layers: int) -> list[int | None]:
+    """The layers of the leaves' slices (None: a leaf outside the blocks)."""
+    return list(range(num_layers)) if self.in_blocks else [None]
+
 
 def _transposed(*shape: int) -> dict:
   """A Linear weight (out, in) as the matrix (in, *shape)."""
