@@ -35,7 +35,11 @@ computes in bfloat16, rematerializes every block and shards the parameters over 
 Runtime: a 4-block GPT-2 of width 64 with random weights (transformers' GPT2Config,
 n_positions 64, vocab 256, saved with save_pretrained; bytes as tokens) ran the whole
 ladder in 9 minutes of wall time on a 2-core host shared with other jobs (load average ~5).
-A 7B model needs a TPU slice or GPUs (the dry run below).
+A 7B model needs a TPU slice or GPUs: `--dry_run --topology=v5p-16` without an argument
+(Llama-2-7B, T 256, 8 sequences per step) is recorded in
+experiments/dryrun/pretrained.llama2_7b.v5p-16.json (the train steps; the analyses compile
+separately): TPU dry run on v5p-16: every rung fits (peak 18.7 GiB of 88.5 GiB per chip);
+estimated step 0.0186-0.0347 s (roofline estimate, not measured).
 Measured there (seed 0, eval loss; a random model, so nothing here tests the papers'
 claims, only that every study runs on an imported checkpoint): pretrained 5.4891 (effective
 depths at step 0: kl 2, cos 1, overlap 0, skip 1 of 4 blocks); prune_n0 (control) 5.4891 ->
