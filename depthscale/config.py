@@ -53,6 +53,13 @@ def default_config() -> ConfigDict:
   m.bhyt_kappa = 10.0  # BHyT: kappa
   m.position = 'rope'  # 'rope' or 'learned'
   m.rope_base = 10000.0  # RoPE frequency base
+  m.rope_scaling = 'none'  # RoPE frequencies of long-context checkpoints: 'none', 'linear' (/ factor) or 'llama3' (Llama 3.1's per-band rule)
+  m.rope_scaling_factor = 1.0  # rope_scaling: the factor the (low) frequencies are divided by
+  m.rope_low_freq_factor = 1.0  # rope_scaling='llama3': wavelengths above original_max_len / this are scaled
+  m.rope_high_freq_factor = 4.0  # rope_scaling='llama3': wavelengths below original_max_len / this are kept
+  m.rope_original_max_len = 8192  # rope_scaling='llama3': the context length of pre-training
+  m.attn_bias = 'none'  # biases of the attention projections: 'none', 'qkv' (q, k, v: Qwen2) or 'all' (and the output: GPT-2)
+  m.mlp_bias = False  # biases of both MLP matrices (GPT-2)
   m.mlp = 'gelu'  # 'gelu', 'relu', 'relu2' (squared ReLU; 2 matrices) or 'swiglu' (3 matrices)
   m.mlp_taper = 'none'  # MLP widths over depth, fixed budget: 'none', 'cosine' (wide first), 'reverse'
   m.mlp_taper_ratio = 1.5  # taper: first block's width / d_ff (the last block's is 2 - ratio)
@@ -313,6 +320,20 @@ def _validate_posthoc(cfg: ConfigDict) -> None:
             'divisors must not decay)')
 
 
+def _validate_rope_bias(m: ConfigDict) -> None:
+  """RoPE scaling and the matrix biases."""
+  check_choice('model.rope_scaling', m.rope_scaling, ('none', 'linear', 'llama3'))
+  check_choice('model.attn_bias', m.attn_bias, ('none', 'qkv', 'all'))
+  check_choice('model.mlp_bias', m.mlp_bias, (False, True))
+  if m.rope_scaling != 'none' and not m.rope_scaling_factor > 0:
+    _fail('model.rope_scaling_factor', m.rope_scaling_factor, 'a positive number')
+  if m.rope_scaling == 'llama3' and not (0 < m.rope_low_freq_factor < m.rope_high_freq_factor
+                                         and m.rope_original_max_len > 0):
+    _fail('model.rope_low_freq_factor', m.rope_low_freq_factor, 'a positive number below '
+          f'model.rope_high_freq_factor={m.rope_high_freq_factor} (and a positive '
+          'model.rope_original_max_len)')
+
+
 def validate_residual(m: ConfigDict) -> None:
   """Checks the residual-design fields of the model config."""
   check_choice('model.residual', m.residual, residual.DESIGNS)
@@ -350,6 +371,7 @@ def validate(cfg: ConfigDict) -> None:
   check_choice('model.block', m.block, placements.PLACEMENTS)
   check_choice('model.norm', m.norm, norms.NORMS)
   check_choice('model.position', m.position, ('rope', 'learned'))
+  _validate_rope_bias(m)
   check_norm_methods(m)
   check_choice('model.mlp', m.mlp, ops.MLPS)
   taper.check(m)

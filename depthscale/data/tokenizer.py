@@ -60,6 +60,7 @@ class SentencePieceTokenizer:
     if self.eos_id < 0:
       raise ConfigError(f'data.tokenizer={path!r} is invalid: allowed a '
                        'SentencePiece model with an eos piece')
+    self.eos_token = self._sp.id_to_piece(self.eos_id)
     self._dtype = token_dtype(self.vocab_size)
 
   def encode(self, data: bytes) -> np.ndarray:
@@ -98,6 +99,7 @@ class HuggingFaceTokenizer:
     self._tok = tokenizers.Tokenizer.from_str(storage.read_text(path))
     self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
     self.eos_id = _hf_eos(path, self._tok, eos)
+    self.eos_token = self._tok.id_to_token(self.eos_id)
     self._dtype = token_dtype(self.vocab_size)
 
   def encode(self, data: bytes) -> np.ndarray:

@@ -46,15 +46,42 @@ def _std(cfg, role: str, fan_in: int, fan_out: int, index=None):
   return pz.init_std(cfg, role, fan_in, fan_out, index, scheme=PLACEMENTS[cfg.block].init)
 
 
+def _bias(module: nn.Module, name: str, size: int, axis: str | None):
+  """A zero-init bias vector of a matrix's outputs (model.attn_bias, model.mlp_bias)."""
+  init = nn.with_logical_partitioning(nn.initializers.zeros, (axis,))
+  return module.param(name, init, (size,), jnp.float32)
+
+
 def constrain(x, *names: str | None):
   """Activation sharding by logical axis names (a no-op unless rules and a mesh are in scope)."""
   return nn.with_logical_constraint(x, names)
 
 
-def rope(x_BxTxNxE, base: float):
-  """Rotary position embedding (rotate-half form) over the head dimension."""
+def rope_frequencies(cfg, e: int) -> np.ndarray:
+  """The E/2 rotary frequencies base^(-2i/E), scaled as model.rope_scaling says: 'linear'
+  divides them by the factor (position interpolation, Chen et al. 2023); 'llama3' divides the
+  low-frequency band (wavelength > L0 / low_freq_factor, L0 = model.rope_original_max_len) by
+  it, keeps the high band (< L0 / high_freq_factor) and interpolates between (Llama 3.1)."""
+  inv_freq = cfg.rope_base ** (-np.arange(0, e, 2, dtype=np.float32) / e)
+  factor = np.float32(cfg.rope_scaling_factor)
+  if cfg.rope_scaling == 'linear':
+    return inv_freq / factor
+  if cfg.rope_scaling == 'llama3':
+    lo, hi, l0 = cfg.rope_low_freq_factor, cfg.rope_high_freq_factor, cfg.rope_original_max_len
+    wavelen = 2 * np.pi / inv_freq
+    smooth = ((l0 / wavelen - lo) / (hi - lo)).astype(np.float32)
+    interpolated = (1 - smooth) * inv_freq / factor + smooth * inv_freq
+    return np.where(wavelen > l0 / lo, inv_freq / factor,
+                    np.where(wavelen < l0 / hi, inv_freq, interpolated)).astype(np.float32)
+  return inv_freq
+
+
+def rope(x_BxTxNxE, base: float | np.ndarray):
+  """Rotary position embedding (rotate-half form) over the head dimension; base is the
+  frequency base, or the E/2 frequencies themselves (rope_frequencies)."""
   t, e = x_BxTxNxE.shape[1], x_BxTxNxE.shape[-1]
-  inv_freq = base ** (-np.arange(0, e, 2, dtype=np.float32) / e)
+  inv_freq = (base ** (-np.arange(0, e, 2, dtype=np.float32) / e) if np.ndim(base) == 0
+              else np.asarray(base, np.float32))
   angle_TxE2 = np.arange(t, dtype=np.float32)[:, None] * inv_freq[None]
   cos, sin = (jnp.asarray(f(angle_TxE2))[None, :, None, :] for f in (np.cos, np.sin))
   x1, x2 = jnp.split(x_BxTxNxE.astype(jnp.float32), 2, axis=-1)
@@ -63,7 +90,8 @@ def rope(x_BxTxNxE, base: float):
 
 
 class Attention(nn.Module):
-  """Causal multi-head attention with optional grouped KV heads."""
+  """Causal multi-head attention with optional grouped KV heads and biases (model.attn_bias:
+  on q, k, v ('qkv', as Qwen2) or on every projection ('all', as GPT-2))."""
   cfg: Any
 
   @nn.compact
@@ -85,6 +113,8 @@ class Attention(nn.Module):
     # one fused projection for q, k, v (weights concatenated; shapes of q and kv kept)
     w_DxQKV = jnp.concatenate([wq.reshape(d, h * e), wkv.reshape(d, 2 * k * e)], axis=1)
     qkv = ops.matmul(x, w_DxQKV.astype(dt))
+    if cfg.attn_bias != 'none':  # q, k, v biases, one fused vector as the weights
+      qkv = qkv + _bias(self, 'qkv_bias', (h + 2 * k) * e, None).astype(dt)
     q_BxTxHxE = constrain(qkv[..., :h * e].reshape(b, t, h, e), 'batch', None, 'heads', 'kv')
     k_BxTxKxE = qkv[..., h * e:(h + k) * e].reshape(b, t, k, e)
     v_BxTxKxE = qkv[..., (h + k) * e:].reshape(b, t, k, e)
@@ -92,7 +122,8 @@ class Attention(nn.Module):
       v_BxTxKxE = mix_values(v_BxTxKxE, x)
     q_BxTxHxE, k_BxTxKxE, v_BxTxKxE = inner_norms.qkv(self, cfg, q_BxTxHxE, k_BxTxKxE, v_BxTxKxE)
     if cfg.position == 'rope':
-      q_BxTxHxE, k_BxTxKxE = rope(q_BxTxHxE, cfg.rope_base), rope(k_BxTxKxE, cfg.rope_base)
+      freq = rope_frequencies(cfg, e)
+      q_BxTxHxE, k_BxTxKxE = rope(q_BxTxHxE, freq), rope(k_BxTxKxE, freq)
     q_BxTxHxE, k_BxTxKxE, scale = inner_norms.scores(self, cfg, q_BxTxHxE, k_BxTxKxE)
     scale = pz.attention_scale(cfg) if scale is None else scale
     if self.is_mutable_collection('analysis'):  # explicit probabilities: analysis path only
@@ -104,12 +135,15 @@ class Attention(nn.Module):
       o_BxTxHxE = depth(q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, scale, segments_BxT)
     o_BxTxHxE = inner_norms.heads(self, cfg, o_BxTxHxE)
     out_BxTxD = ops.matmul(o_BxTxHxE.reshape(b, t, h * e), wo.reshape(h * e, d).astype(dt))
+    if cfg.attn_bias == 'all':
+      out_BxTxD = out_BxTxD + _bias(self, 'o_bias', d, 'embed').astype(dt)
     return inner_norms.attn_out(self, cfg, out_BxTxD)
 
 
 class Mlp(nn.Module):
   """Feed-forward network: W_out act(W_in x), act from ops.ACTIVATIONS (model.mlp: GELU,
-  ReLU, squared ReLU), or SwiGLU; hidden units past the block's tapered width masked."""
+  ReLU, squared ReLU), or SwiGLU; hidden units past the block's tapered width masked; with
+  model.mlp_bias both matrices have biases (GPT-2)."""
   cfg: Any
 
   @nn.compact
@@ -122,17 +156,25 @@ class Mlp(nn.Module):
       std = jnp.stack([jnp.asarray(_std(cfg, r, d, f, index)) for r in ('gate', 'up')]).reshape(2, 1)
       wi = _dense_param(self, 'wi', (d, 2, f), ('embed', None, 'mlp'), std)
       gate_up_BxTx2F = ops.matmul(x, wi.reshape(d, 2 * f).astype(dt))
+      if cfg.mlp_bias:
+        gate_up_BxTx2F = gate_up_BxTx2F + _bias(self, 'wi_bias', 2 * f, None).astype(dt)
       gate_up_BxTx2xF = inner_norms.mlp_in(self, cfg, gate_up_BxTx2F.reshape(*x.shape[:2], 2, f))
       h_BxTxF = nn.silu(gate_up_BxTx2xF[..., 0, :]) * gate_up_BxTx2xF[..., 1, :]
       h_BxTxF = constrain(h_BxTxF, 'batch', None, 'mlp')
     else:
       wi = _dense_param(self, 'wi', (d, f), ('embed', 'mlp'), _std(cfg, 'up', d, f, index))
-      pre_BxTxF = inner_norms.mlp_in(self, cfg, ops.matmul(x, wi.astype(dt)))
+      pre_BxTxF = ops.matmul(x, wi.astype(dt))
+      if cfg.mlp_bias:
+        pre_BxTxF = pre_BxTxF + _bias(self, 'wi_bias', f, 'mlp').astype(dt)
+      pre_BxTxF = inner_norms.mlp_in(self, cfg, pre_BxTxF)
       h_BxTxF = constrain(ops.ACTIVATIONS[cfg.mlp](pre_BxTxF), 'batch', None, 'mlp')
     wo = _dense_param(self, 'wo', (f, d), ('mlp', 'embed'), _std(cfg, 'down', f, d, index))
     h_BxTxF = taper.mask_hidden(cfg, index, h_BxTxF)
     h_BxTxF = inner_norms.mlp_mid(self, cfg, h_BxTxF)
-    return inner_norms.mlp_out(self, cfg, ops.matmul(h_BxTxF, wo.astype(dt)))
+    out_BxTxD = ops.matmul(h_BxTxF, wo.astype(dt))
+    if cfg.mlp_bias:
+      out_BxTxD = out_BxTxD + _bias(self, 'wo_bias', d, 'embed').astype(dt)
+    return inner_norms.mlp_out(self, cfg, out_BxTxD)
 
 
 class Block(nn.Module):

@@ -1,5 +1,6 @@
-"""A run that starts from a finished rung (posthoc.init_from): the source rung's directory,
-config and final parameters, the checks of the new config against it, and the start
+"""A run that starts from a finished rung or a Hugging Face checkpoint directory
+(posthoc.init_from; depthscale.hf reads GPT-2, Llama, Mistral and Qwen2): the source's
+directory, config and final parameters, the checks of the new config against it, and the start
 parameters (pruned when posthoc.prune_layers is set) with what they lost."""
 
 from __future__ import annotations
@@ -7,7 +8,7 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from depthscale import data, storage
+from depthscale import data, hf, storage
 from depthscale.config import ConfigDict, default_config
 from depthscale.errors import ConfigError, invalid
 from depthscale.model.transformer import make_model
@@ -30,11 +31,15 @@ def rung_dir(init_from: str, workdir: str) -> str:
   return storage.join(storage.parent(storage.absolute(workdir)), init_from)
 
 
-def read_config(rung: str, field: str = 'posthoc.init_from') -> ConfigDict:
+def read_config(rung: str, field: str = 'posthoc.init_from', finished: bool = True) -> ConfigDict:
   """The finished rung's config: its config.json over the defaults (fields the code no
-  longer has are left out); `field` names the input in the error of an unfinished rung."""
+  longer has are left out); `field` names the input in the error of an unfinished rung
+  (finished=False: of a rung without config.json)."""
   path = storage.join(rung, 'config.json')
-  if not (storage.exists(path) and storage.exists(storage.join(rung, 'summary.json'))):
+  if not (finished or storage.exists(path)):
+    raise ConfigError(f'{field}={rung!r} is invalid: allowed the directory of a rung, holding '
+                      'config.json and checkpoints')
+  if finished and not (storage.exists(path) and storage.exists(storage.join(rung, 'summary.json'))):
     raise ConfigError(f'{field}={rung!r} is invalid: allowed the directory of a finished rung, '
                       'holding config.json and summary.json (or, for posthoc.init_from, the '
                       'name of a rung of the same ladder)')
@@ -45,12 +50,20 @@ def read_config(rung: str, field: str = 'posthoc.init_from') -> ConfigDict:
   return c
 
 
+def source_config(rung: str, seq_len: int) -> ConfigDict:
+  """The config of a finished rung, or of a Hugging Face checkpoint run at seq_len."""
+  if not hf.is_checkpoint(rung):
+    return read_config(rung)
+  hf.check_weights(rung)
+  return hf.read_config(rung, seq_len)
+
+
 def check(cfg, workdir: str) -> ConfigDict | None:
   """The source rung's config (None without posthoc.init_from); raises ConfigError if it is
   not finished or if cfg's model differs from it in more than the procedure changes."""
   if not cfg.posthoc.init_from:
     return None
-  src = read_config(rung_dir(cfg.posthoc.init_from, workdir))
+  src = source_config(rung_dir(cfg.posthoc.init_from, workdir), cfg.data.seq_len)
   for field, value in cfg.model.items():
     if field not in FREE_MODEL_FIELDS + ('num_layers',) and src.model[field] != value:
       raise invalid(f'model.{field}', value, f'{src.model[field]!r}, the value in the '
@@ -66,7 +79,10 @@ def check(cfg, workdir: str) -> ConfigDict | None:
 
 
 def restore_params(src_cfg, rung: str, sharding):
-  """The final parameters of the rung (its latest checkpoint), placed with `sharding`."""
+  """The final parameters of the rung (its latest checkpoint) or of the Hugging Face
+  checkpoint, placed with `sharding`."""
+  if hf.is_checkpoint(rung):
+    return hf.load(rung, sharding, src_cfg.data.seq_len)[1]
   model, tx = make_model(src_cfg), make_optimizer(src_cfg)
   shapes = jax.eval_shape(lambda: init_state(model, tx, 0, src_cfg.data.seq_len))
   abstract = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding),
