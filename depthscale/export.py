@@ -12,7 +12,6 @@ so is a DIR that holds files already.
 
 from __future__ import annotations
 
-import os
 import sys
 
 from absl import app, flags, logging
@@ -28,7 +27,7 @@ def export(rung: str, out: str, dtype: str = 'float32') -> str:
   family = architectures.export_family(cfg)
   if storage.is_url(out):
     raise invalid('--out', out, 'a local directory')
-  if os.path.isdir(out) and os.listdir(out):
+  if storage.isdir(out) and storage.listdir(out):
     raise invalid('--out', out, 'a new or empty directory (nothing is overwritten)')
   if not storage.exists(storage.join(rung, 'checkpoints')):
     raise invalid('RUNG_DIR', rung, 'a rung with a checkpoint')

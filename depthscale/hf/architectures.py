@@ -124,8 +124,9 @@ def to_config(hf: dict, seq_len: int | None = None) -> ConfigDict:
 
 # ----------------------------------------------------------------------- export
 
-# model fields a mapped model must leave at their defaults (the switches of other methods)
-_DEFAULTS = ('residual', 'value_residual', 'parallel_block', 'moda', 'loops', 'qk_norm',
+# model fields a mapped model must leave at their defaults (Pre-LN, and no other method's
+# switch on)
+_DEFAULTS = ('block', 'residual', 'value_residual', 'parallel_block', 'moda', 'loops', 'qk_norm',
              'layer_rope', 'fix_norm', 'peri_embed_norm', 'embed_projection', 'gpas',
              'ln_scaling', 'mlp_taper', 'norm_bias', 'output_mult')
 EXPORTED = {  # family -> (norm, position, mlp): what tells the exported architecture
@@ -138,12 +139,9 @@ def export_family(cfg) -> str:
   """'gpt2' or 'llama', the architecture the config's model is; raises ConfigError naming
   the first field that maps to neither (cfg is the full config)."""
   m, defaults = cfg.model, default_config().model
-  if m.block != 'pre_ln':
-    raise invalid('model.block', m.block, "'pre_ln' (GPT-2 and Llama are Pre-LN)")
   for field in _DEFAULTS:
     if m[field] != defaults[field]:
-      raise invalid(f'model.{field}', m[field], f'{defaults[field]!r} (GPT-2 and Llama have '
-                    'no such feature)')
+      raise invalid(f'model.{field}', m[field], f'{defaults[field]!r} (as in GPT-2 and Llama)')
   if m.parametrization not in ('standard',):
     raise invalid('model.parametrization', m.parametrization, "'standard' (GPT-2 and Llama "
                   'scale attention by 1/sqrt(head_dim) and the logits by 1)')
