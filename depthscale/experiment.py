@@ -180,15 +180,19 @@ def resolve(config_arg: str, overrides: dict[str, Any] | None = None,
 def dry_run(config_arg: str, overrides: dict[str, Any] | None = None, rung: str | None = None,
             topology_name: str | None = None, num_slices: int = 1,
             json_path: str | None = None, shardings: bool = True,
-            scale_cost: bool = True, num_nodes: int = 1, resume: bool = False) -> list[dict]:
+            scale_cost: bool = True, num_nodes: int = 1, resume: bool = False,
+            smallest: bool = False) -> list[dict]:
   """The dry run of the selected rungs (depthscale.training.dryrun.check_ladder), for a TPU
   slice or num_nodes GPU nodes if topology_name is given: configs checked against that
-  target, not this machine."""
+  target, not this machine. smallest: each rung's smallest fitting slice too (TPU)."""
   slice_ = topology.parse(topology_name, num_slices, num_nodes) if topology_name else None
+  if smallest and (slice_ is None or slice_.platform != 'tpu'):
+    raise config_lib.ConfigError(f'--smallest_slice needs a TPU --topology (given: '
+                                 f'{topology_name!r})')
   resolved = resolve(config_arg, dryrun.target_overrides(slice_, overrides), rung,
                      check_machine=False)
   return dryrun.check_ladder(resolved, config_arg, overrides, slice_, json_path, shardings,
-                             scale_cost, resume)
+                             scale_cost, resume, smallest)
 
 
 def stage1_rungs(config_arg: str) -> set[str]:

@@ -1,6 +1,7 @@
 """Command line: python -m depthscale.main --config=experiments/FILE.py[:ARG] --workdir=DIR
 [--config.SECTION.FIELD=VALUE ...] [--rung=NAME_OR_INDEX] [--allow_config_change] [--verbose]
-[--dry_run [--topology=v5p-64 [--num_slices=N] | --topology=h100-8 [--num_nodes=N]]
+[--dry_run [--topology=v5p-64 [--num_slices=N] [--smallest_slice]
+           | --topology=h100-8 [--num_nodes=N]]
 [--dry_run_json=PATH [--dry_run_resume]]]
 [--coordinator_address=HOST:PORT --num_processes=N --process_id=I | --multi_host].
 
@@ -46,6 +47,9 @@ _DRY_RUN_JSON = flags.DEFINE_string('dry_run_json', None, 'With --dry_run: also 
 _DRY_RUN_RESUME = flags.DEFINE_bool('dry_run_resume', False, 'With --dry_run_json: keep the '
                                      'rungs an earlier, interrupted run of the same dry run '
                                      'wrote there and compile only the others.')
+_SMALLEST = flags.DEFINE_bool('smallest_slice', False, 'With --dry_run and a TPU --topology: '
+                              "also each rung's smallest slice of that generation it fits "
+                              '(halving or doubling the slice; a compile per slice tried).')
 _COORDINATOR = flags.DEFINE_string('coordinator_address', None, 'Multi-process: HOST:PORT of '
                                    'process 0 (with --num_processes and --process_id).')
 _NUM_PROCESSES = flags.DEFINE_integer('num_processes', None, 'Multi-process: process count.')
@@ -126,8 +130,8 @@ def main(argv: list[str]) -> None:
     _usage_error('--config and --workdir are required (--workdir not with --dry_run)')
   if _COORDINATOR.value and (_NUM_PROCESSES.value is None or _PROCESS_ID.value is None):
     _usage_error('--coordinator_address needs --num_processes and --process_id')
-  if (_TOPOLOGY.value or _DRY_RUN_JSON.value) and not _DRY_RUN.value:
-    _usage_error('--topology and --dry_run_json need --dry_run')
+  if (_TOPOLOGY.value or _DRY_RUN_JSON.value or _SMALLEST.value) and not _DRY_RUN.value:
+    _usage_error('--topology, --dry_run_json and --smallest_slice need --dry_run')
   if _DRY_RUN_RESUME.value and not _DRY_RUN_JSON.value:
     _usage_error('--dry_run_resume needs --dry_run_json')
   missing = _TOPOLOGY.value and topology.missing_compiler(_TOPOLOGY.value)
@@ -142,7 +146,8 @@ def main(argv: list[str]) -> None:
     storage.check_bucket(_DRY_RUN_JSON.value or '', '--dry_run_json')
     if _DRY_RUN.value:
       dry_run(config_arg, overrides, _RUNG.value, _TOPOLOGY.value, _NUM_SLICES.value,
-              _DRY_RUN_JSON.value, num_nodes=_NUM_NODES.value, resume=_DRY_RUN_RESUME.value)
+              _DRY_RUN_JSON.value, num_nodes=_NUM_NODES.value, resume=_DRY_RUN_RESUME.value,
+              smallest=_SMALLEST.value)
     else:
       run_ladder(config_arg, _WORKDIR.value, overrides, _RUNG.value, _ALLOW_CHANGE.value)
   except ConfigError as e:

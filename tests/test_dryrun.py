@@ -209,6 +209,43 @@ def test_a_rung_the_tpu_compiler_refuses_is_reported_and_the_ladder_goes_on(tmp_
       'to_fit': 'none of the alternatives tried'}
 
 
+def test_the_smallest_slice_search_halves_while_it_fits_and_doubles_until_it_does():
+  at_least_8_chips = lambda s: s.chips >= 8
+  v5p = lambda n: topology.parse(f'v5p-{n}')
+  assert topology.smallest_fitting(v5p(64), True, at_least_8_chips) == 'v5p-16'
+  assert topology.smallest_fitting(v5p(8), False, at_least_8_chips) == 'v5p-16'
+  assert topology.smallest_fitting(v5p(8), True, at_least_8_chips) == 'v5p-8'  # the smallest v5p
+  assert topology.smallest_fitting(v5p(8), False, lambda s: s.chips >= 128) is None  # 16x at most
+  assert topology.resized(topology.parse('v5e-1'), 0.5) is None
+  assert topology.resized(topology.parse('v6e-16', num_slices=2), 2) == topology.parse('v6e-32', 2)
+
+
+@needs_libtpu
+@pytest.mark.filterwarnings('ignore:Error reading persistent compilation cache')
+def test_a_dry_run_names_each_rungs_smallest_fitting_slice(tmp_path, monkeypatch):
+  """Compiled on each slice tried: a data-parallel rung fits one v5e chip; with fsdp 2 x
+  tensor 2 it needs 4; one the compiler refuses on a single chip (planted) takes two."""
+  path = tmp_path / 'ladder.py'
+  path.write_text(LADDER)
+  flat = {'mesh.fsdp': 1, 'mesh.tensor': 1}
+  run = lambda name, overrides=None: experiment.dry_run(
+      str(path), overrides, 'L1', name, 1, None, shardings=False, scale_cost=False,
+      smallest=True)[0]['smallest_slice']
+  assert run('v5e-4', flat) == 'v5e-1'
+  assert run('v5e-8') == 'v5e-4'
+  compile_train_step = dryrun.sharding.Plan.compile_train_step
+
+  def refuse_one_chip(plan, step_fn, state, batch, options=None):
+    if plan.mesh.devices.size == 1:
+      raise jax.errors.JaxRuntimeError('RESOURCE_EXHAUSTED: Ran out of memory on HBM (planted)')
+    return compile_train_step(plan, step_fn, state, batch, options)
+
+  monkeypatch.setattr(dryrun.sharding.Plan, 'compile_train_step', refuse_one_chip)
+  assert run('v5e-1', flat) == 'v5e-2'
+  with pytest.raises(ConfigError, match='--smallest_slice needs a TPU --topology'):
+    experiment.dry_run(str(path), None, 'L1', 'h100-8', smallest=True)
+
+
 def test_gpu_node_names_count_nodes_of_eight():
   got = {n: (topology.parse(n, num_nodes=k).chips, topology.parse(n, num_nodes=k).platform)
          for n, k in (('h100-8', 1), ('h200-8', 2), ('a100-80g-8', 4), ('b200-8', 1))}

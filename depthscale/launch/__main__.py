@@ -29,8 +29,8 @@ from depthscale.launch.runner import Launcher
 from depthscale.results.report import rung_row, table
 from depthscale.training.preflight import check_inputs
 
-ONLY_MAIN = ('dry_run', 'topology', 'dry_run_json', 'dry_run_resume', 'coordinator_address',
-             'num_processes', 'process_id', 'multi_host')
+ONLY_MAIN = ('dry_run', 'topology', 'dry_run_json', 'dry_run_resume', 'smallest_slice',
+             'coordinator_address', 'num_processes', 'process_id', 'multi_host')
 NEEDS_RAY = 'error: python -m depthscale.launch needs Ray: pip install -e ".[ray]"'
 
 

@@ -271,6 +271,15 @@ def find_fit(cfg, devices, slice_) -> str | None:
   return None
 
 
+def fits_on(cfg, s: topology.Slice) -> bool:
+  """Whether the rung's two steps fit the chips of slice s (a mesh or batch that s cannot
+  hold counts as not fitting)."""
+  try:
+    return check_rung(cfg, topology.devices(s), s)[0]['fits']
+  except (ConfigError, OutOfMemory):
+    return False
+
+
 def flops_note(r: dict) -> str | None:
   """A warning where XLA's layer-scaled FLOPs fall below XLA_FLOPS_SHARE of the model's."""
   share = r.get('xla_flops_per_device', 0) / r.get('model_flops_per_device', 1)
@@ -326,7 +335,8 @@ def target_overrides(slice_: topology.Slice | None, overrides: dict | None) -> d
 def check_ladder(resolved: list[tuple[Any, Any]], config_arg: str,
                  overrides: dict | None = None, slice_: topology.Slice | None = None,
                  json_path: str | None = None, shardings: bool = True,
-                 scale_cost: bool = True, resume: bool = False) -> list[dict]:
+                 scale_cost: bool = True, resume: bool = False,
+                 smallest: bool = False) -> list[dict]:
   """Checks the resolved (rung, config) pairs of config_arg (for the TPU slice or GPU nodes
   slice_ if given; depthscale.experiment.dry_run resolves them); prints a table row per
   rung (and its shardings), returns the reports, and writes them to json_path (with
@@ -365,6 +375,9 @@ def check_ladder(resolved: list[tuple[Any, Any]], config_arg: str,
         lines = []
       if slice_ is not None and not report['fits']:
         report['to_fit'] = find_fit(cfg, devices, slice_) or 'none of the alternatives tried'
+      if smallest:
+        report['smallest_slice'] = topology.smallest_fitting(
+            slice_, report['fits'], lambda s, c=cfg: fits_on(c, s))
       seen[key] = (report, lines)
     report, lines = seen[key]
     if not reports:
@@ -374,6 +387,8 @@ def check_ladder(resolved: list[tuple[Any, Any]], config_arg: str,
           else _line(r.name, report, width), flush=True)
     if 'to_fit' in report:
       print(f'  to fit: {report["to_fit"]}', flush=True)
+    if 'smallest_slice' in report:
+      print(f'  smallest slice: {report["smallest_slice"] or "none tried fits"}', flush=True)
     for key in ('attention_note', 'cost_note'):
       if key in report:
         print(f'  note: {report[key]}', flush=True)

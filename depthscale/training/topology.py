@@ -15,6 +15,7 @@ import importlib.util
 import math
 import os
 import re
+from typing import Callable
 
 import jax
 from jax.experimental import topologies
@@ -109,6 +110,40 @@ def parse(name: str, num_slices: int = 1, num_nodes: int = 1) -> Slice:
   if n % chip.cores_per_chip or chips < smallest or chips & (chips - 1):
     raise ConfigError(f'--topology={name!r} is invalid: allowed {allowed}')
   return Slice(name, gen, chips, chip_bounds(chips, chip.torus_dims), num_slices)
+
+
+MAX_DOUBLINGS = 4  # the smallest-slice search looks at most 16 times the chips of its start
+
+
+def resized(s: Slice, factor: float) -> Slice | None:
+  """The TPU slice of s's generation with `factor` times its chips (as many slices over
+  DCN), None where that is no slice ('v5p-8' halved, for one)."""
+  cores = s.chips * factor * CHIPS[s.generation].cores_per_chip
+  if cores != int(cores):
+    return None
+  try:
+    return parse(f'{s.generation}-{int(cores)}', s.num_slices)
+  except ConfigError:
+    return None
+
+
+def smallest_fitting(start: Slice, fits_start: bool, fits: Callable[[Slice], bool]) -> str | None:
+  """The name of the smallest slice of start's generation on which `fits` holds, searched
+  from start (where it holds iff fits_start): halved while it still holds, or doubled (at
+  most MAX_DOUBLINGS times) until it does; None where no slice tried fits."""
+  if fits_start:
+    current = start
+    while (smaller := resized(current, 0.5)) is not None and fits(smaller):
+      current = smaller
+    return current.name
+  current = start
+  for _ in range(MAX_DOUBLINGS):
+    current = resized(current, 2)
+    if current is None:
+      return None
+    if fits(current):
+      return current.name
+  return None
 
 
 def has_libtpu() -> bool:
