@@ -33,7 +33,6 @@ class RungState:
   attempts: int = 0
   why: str = ''  # the last retry's or the failure's reason
   node: str = ''
-  step: int = 0
   last_progress: float = 0.0
   error: str = ''  # the last 'error: ...' line of the current attempt
   log: storage.Appender | None = None
@@ -42,7 +41,8 @@ class RungState:
 
 class Launcher:
   """Runs tasks (in the ladder's order) with depthscale.main's flags `argv` (less --rung) on
-  the connected cluster; `run` returns when every rung has ended."""
+  the connected cluster; `run` returns when every rung has ended. Needs outside `tasks` have
+  ended before (experiment.prepare checks)."""
 
   def __init__(self, ray, tasks: list[Task], workdir: str, argv: list[str], out=print):
     self.ray, self.workdir, self.argv, self.out = ray, workdir, argv, out
@@ -110,8 +110,7 @@ class Launcher:
       if failed:
         r.state, r.why = 'failed', f'needs {", ".join(failed)}, which did not finish'
         self.say(r, r.why)
-      elif all(d.state == 'finished' if d else done(self.workdir, n) for n, d in
-               zip(r.task.needs, needs)):
+      elif all(d is None or d.state == 'finished' for d in needs):  # others ended before
         self._start(r)
 
   def _start(self, r: RungState) -> None:
@@ -161,7 +160,7 @@ class Launcher:
   def _settle(self, r: RungState, result) -> None:
     ended = done(self.workdir, r.task.name, r.task.steps)
     if ended:
-      r.state = 'finished'
+      r.state, r.why = 'finished', f'retried after: {r.why}' if r.why else ''
       self.say(r, self._finished_text(r, ended))
       return
     if isinstance(result, int) and result in (attempts.BAD_INPUT, attempts.DIVERGED):
@@ -221,11 +220,10 @@ class Launcher:
     if (m := ERROR.match(line)):
       r.error = m[1]
     elif (m := STEP.search(line)):
-      r.step = int(m[1]) + 1
-      now = time.monotonic()
-      if now - r.last_progress >= PROGRESS_EVERY_S or r.step == int(m[2]):
+      step, now = int(m[1]) + 1, time.monotonic()
+      if now - r.last_progress >= PROGRESS_EVERY_S or step == int(m[2]):
         r.last_progress = now
-        self.say(r, f'step {r.step}/{m[2]}, ETA {m[3]}')
+        self.say(r, f'step {step}/{m[2]}, ETA {m[3]}')
 
 
 def _this_node(ray):
