@@ -237,8 +237,8 @@ def run_ladder(config_arg: str, workdir: str, overrides: dict[str, Any] | None =
   for r, cfg in resolved:
     rung_dir = storage.join(workdir, r.name)
     if r.best_lr_of:
-      cfg.optim.lr = sweep.choose(workdir, r.name, r.best_lr_of)
-      print(f'rung {r.name}: best rate of the sweep lr={cfg.optim.lr:g}', flush=True)
+      cfg.optim.lr = sweep.choose(workdir, r.name, r.best_lr_of, r.lr_rank)
+      print(f'rung {r.name}: rate {r.lr_rank} of the sweep lr={cfg.optim.lr:g}', flush=True)
     if r.extension:
       lr = sweep.extend(workdir, r.name, r.extension)
       if lr is None:

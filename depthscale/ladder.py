@@ -29,8 +29,9 @@ class Rung:
   name: str
   overrides: dict[str, Any] = dataclasses.field(default_factory=dict)
   info: dict[str, Any] = dataclasses.field(default_factory=dict)  # e.g. the achieved budget
-  # stage 2 of lr_sweep: trains at the optim.lr of the best of these finished rungs
+  # stage 2 of lr_sweep: trains at the optim.lr of the lr_rank-th best of these finished rungs
   best_lr_of: tuple[str, ...] = ()
+  lr_rank: int = 1
   extension: Extension | None = None  # a stage-1 rung of lr_sweep past the edge of its grid
 
   @property
@@ -98,15 +99,18 @@ def lr_name(rate: float) -> str:
 
 
 def lr_sweep(variants: dict[str, dict[str, Any]], rates: list[float],
-             seeds: int = 3, extend: int = 0) -> list[Rung]:
-  """A learning-rate sweep of each variant (name -> overrides), then seeds at its best rate.
+             seeds: int = 3, extend: int = 0, finalists: int = 1) -> list[Rung]:
+  """A learning-rate sweep of each variant (name -> overrides), then seeds at its best rates.
 
-  Stage 1: '<variant>_lr<rate>' (lr_name) at every rate, train.seed 0. Stage 2:
-  '<variant>_best_s<k>', k = 1..seeds, at the rate of the stage-1 rung with the lowest final
-  eval loss (a diverged run counts as worst), chosen when the rung starts from the stage-1
-  results in the ladder directory and recorded in its best_lr.json (depthscale.sweep). The
-  stage-2 seeds are fresh: the selected stage-1 run is not one of them. Warmup and schedule
-  stay as the config sets them.
+  Stage 1: '<variant>_lr<rate>' (lr_name) at every rate, train.seed 0. Stage 2: the seeds
+  k = 1..seeds at each of the `finalists` best stage-1 rates (lowest final eval loss first;
+  a diverged run counts as worst): '<variant>_best_s<k>' at the best, '<variant>_top<j>_s<k>'
+  at the j-th best (j >= 2). Each chooses its rate when it starts from the stage-1 results in
+  the ladder directory and records it in its best_lr.json (depthscale.sweep). The variant's
+  rate is then the finalist with the lowest mean over its seeds (results.intervals.finalist):
+  a rate that wins on seed 0 alone does not decide. The stage-2 seeds are fresh (the
+  stage-1 run is not one of them) and seed k sees the same batches in every variant, so
+  variants pair by seed. Warmup and schedule stay as the config sets them.
 
   extend = K > 0 adds K stage-1 rungs '<variant>_lr_ext<k>' after the grid, each deciding
   its rate when it starts from the finished stage-1 rungs before it (depthscale.sweep.extend,
@@ -120,8 +124,11 @@ def lr_sweep(variants: dict[str, dict[str, Any]], rates: list[float],
   if len(rates) < 2 or len(set(names)) < len(rates) or min(rates) <= 0 or seeds < 1:
     raise ValueError(f'rates={rates}, seeds={seeds}: allowed >= 2 distinct positive rates '
                      f'(2 significant digits) and seeds >= 1')
-  if not isinstance(extend, int) or isinstance(extend, bool) or extend < 0:
-    raise ValueError(f'extend={extend!r}: allowed an int >= 0')
+  for field, value, low in (('extend', extend, 0), ('finalists', finalists, 1)):
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+      raise ValueError(f'{field}={value!r}: allowed an int >= {low}')
+  if finalists > len(rates):
+    raise ValueError(f'finalists={finalists}: allowed at most the {len(rates)} rates')
   grid = sorted(rates)
   rungs = []
   for v, o in variants.items():
@@ -129,6 +136,12 @@ def lr_sweep(variants: dict[str, dict[str, Any]], rates: list[float],
     for k in range(1, extend + 1):
       sweep.append(Rung(f'{v}_lr_ext{k}', {**o, 'train.seed': 0}, extension=Extension(
           tuple(r.name for r in sweep), grid[-1] / grid[-2], grid[1] / grid[0])))
-    rungs += sweep + [Rung(f'{v}_best_s{k}', {**o, 'train.seed': k},
-                           best_lr_of=tuple(r.name for r in sweep)) for k in range(1, seeds + 1)]
+    rungs += sweep + [Rung(f'{v}_{finalist_name(j)}_s{k}', {**o, 'train.seed': k},
+                           best_lr_of=tuple(r.name for r in sweep), lr_rank=j)
+                      for j in range(1, finalists + 1) for k in range(1, seeds + 1)]
   return rungs
+
+
+def finalist_name(rank: int) -> str:
+  """The stage-2 name part of lr_sweep's rank-th best rate: 'best', then 'top2', 'top3'."""
+  return 'best' if rank == 1 else f'top{rank}'

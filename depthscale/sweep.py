@@ -1,6 +1,6 @@
 """The rates of a learning-rate sweep (ladder.lr_sweep) decided when a rung starts, from the
-finished stage-1 rungs of its ladder directory: a stage-2 rung trains at the best one
-(recorded in its best_lr.json); an extension rung past the edge of the grid where the best
+finished stage-1 rungs of its ladder directory: a stage-2 rung trains at the best one, or
+the second best (its lr_rank), recorded in its best_lr.json; an extension rung past the edge of the grid where the best
 one is at that edge (recorded in its lr_extension.json, which says too when it is not
 needed). A diverged stage-1 rung is recorded in its diverged.json and counts as worst."""
 
@@ -12,7 +12,7 @@ from depthscale import storage
 from depthscale.errors import ConfigError
 from depthscale.ladder import Extension
 
-CHOICE_FILE = 'best_lr.json'  # in a stage-2 rung: {'lr', 'from', 'losses' (null: diverged)}
+CHOICE_FILE = 'best_lr.json'  # in a stage-2 rung: {'lr', 'from', 'rank', 'losses' (null: diverged)}
 # in an extension rung: {'needed', 'lr' (null: not needed), 'from' (the best rung), 'losses'}
 EXTENSION_FILE = 'lr_extension.json'
 DIVERGED_FILE = 'diverged.json'  # in a stage-1 rung that went non-finite: {'error'}
@@ -35,9 +35,14 @@ def not_needed(rung_dir: str) -> bool:
   return storage.exists(path) and not storage.read_json(path)['needed']
 
 
+def ranked(losses: dict[str, float]) -> list[str]:
+  """The keys from the lowest loss up (the first one on ties); non-finite losses last."""
+  return sorted(losses, key=lambda k: losses[k] if math.isfinite(losses[k]) else math.inf)
+
+
 def best(losses: dict[str, float]) -> str:
   """The key of the lowest loss (the first one on ties); a non-finite loss counts as worst."""
-  return min(losses, key=lambda k: losses[k] if math.isfinite(losses[k]) else math.inf)
+  return ranked(losses)[0]
 
 
 def unfinished(workdir: str, rungs: tuple[str, ...]) -> list[str]:
@@ -71,16 +76,18 @@ def record(workdir: str, rung: str, file: str, choice: dict, losses: dict[str, f
                                            for r, v in losses.items()}}, indent=2)
 
 
-def choose(workdir: str, rung: str, sweep: tuple[str, ...]) -> float:
-  """The learning rate of the best finished stage-1 rung of `sweep`, written with every
-  stage-1 loss to workdir/rung/best_lr.json. Raises ConfigError if a stage-1 rung is
-  unfinished or every one diverged."""
+def choose(workdir: str, rung: str, sweep: tuple[str, ...], rank: int = 1) -> float:
+  """The learning rate of the rank-th best finished stage-1 rung of `sweep` (1: the best),
+  written with the rank and every stage-1 loss to workdir/rung/best_lr.json. Raises
+  ConfigError if a stage-1 rung is unfinished or fewer than `rank` of them stayed finite."""
   losses = measured(workdir, rung, sweep)
-  winner = best(losses)
-  if not math.isfinite(losses[winner]):
-    raise ConfigError(f'rung {rung}: every rate of its sweep diverged ({", ".join(sweep)})')
+  finite = [r for r in ranked(losses) if math.isfinite(losses[r])]
+  if len(finite) < rank:
+    raise ConfigError(f'rung {rung}: {len(finite)} rates of its sweep stayed finite, it trains '
+                      f'at the rank {rank} one ({", ".join(sweep)})')
+  winner = finite[rank - 1]
   lr = rate(workdir, winner)
-  record(workdir, rung, CHOICE_FILE, {'lr': lr, 'from': winner}, losses)
+  record(workdir, rung, CHOICE_FILE, {'lr': lr, 'from': winner, 'rank': rank}, losses)
   return lr
 
 

@@ -54,10 +54,13 @@ on trained models (experiments/posthoc.py).
 from depthscale.experiment import study_config
 from depthscale.ladder import lr_sweep
 
-# name -> (L, D, heads, seq_len, batch, steps, rates, seeds, extensions past the grid's edge)
+# name -> (L, D, heads, seq_len, batch, steps, rates, seeds, extensions past the grid's edge,
+# finalist rates that stage 2 trains the seeds at)
 SIZES = {
-    'smoke': (2, 16, 1, 16, 4, 20, [1e-3, 1e-2], 1, 0),
-    'cpu': (8, 32, 2, 64, 8, 300, [1e-3, 3e-3, 1e-2, 3e-2], 3, 2),
+    'smoke': (2, 16, 1, 16, 4, 20, [1e-3, 1e-2], 1, 0, 1),
+    'cpu': (8, 32, 2, 64, 8, 300, [1e-3, 3e-3, 1e-2, 3e-2], 3, 2, 1),
+    # 20 tokens per non-embedding parameter of the baseline (99,328 x 20 = 970 x 32 x 64)
+    'tokens20': (8, 32, 2, 64, 32, 970, [1e-3, 3e-3, 1e-2, 3e-2], 3, 0, 2),
 }
 ANALYSED = {'metrics.analysis_every': -1}  # -1: the size's step count (get_ladder)
 
@@ -125,6 +128,8 @@ VARIANTS = {
     'osp': {'optim.name': 'muon', 'model.norm': 'ss_rmsnorm', 'model.embed_projection': True},
 }
 SMOKE = ('pre_ln', 'post_ln', 'lns')
+# tokens20: the notebooks' headline claims (docs/claims.md)
+HEADLINE = ('pre_ln', 'post_ln', 'mix_ln', 'lns', 'deepnorm', 'keel', 'dyt', 'attn_res')
 _STEP_FIELDS = ('metrics.analysis_every', 'train.prores_warmup_steps', 'optim.qk_slow_steps',
                 'optim.qk_slow_ramp')  # -1 in VARIANTS: a fraction of the size's steps
 
@@ -147,6 +152,7 @@ def _resolve_steps(overrides: dict, steps: int) -> dict:
 
 
 def get_ladder(arg: str | None = None):
-  *_, steps, rates, seeds, extend = SIZES[arg or 'cpu']
-  names = SMOKE if arg == 'smoke' else VARIANTS
-  return lr_sweep({n: _resolve_steps(VARIANTS[n], steps) for n in names}, rates, seeds, extend)
+  *_, steps, rates, seeds, extend, finalists = SIZES[arg or 'cpu']
+  names = {'smoke': SMOKE, 'tokens20': HEADLINE}.get(arg, VARIANTS)
+  return lr_sweep({n: _resolve_steps(VARIANTS[n], steps) for n in names}, rates, seeds, extend,
+                  finalists)

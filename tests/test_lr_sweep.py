@@ -57,6 +57,17 @@ def test_rung_names_and_stages():
     lr_sweep({'a': {}}, [1e-3, 1.001e-3])
 
 
+def test_finalists_train_the_seeds_at_each_of_the_best_rates():
+  rungs = lr_sweep({'a': {}}, [1e-3, 3e-3, 1e-2], seeds=2, finalists=2)
+  assert [r.name for r in rungs[3:]] == ['a_best_s1', 'a_best_s2', 'a_top2_s1', 'a_top2_s2']
+  assert [r.lr_rank for r in rungs[3:]] == [1, 1, 2, 2]
+  assert {r.overrides['train.seed'] for r in rungs[5:]} == {1, 2}  # the same seeds: they pair
+  assert all(r.best_lr_of == ('a_lr1e-3', 'a_lr3e-3', 'a_lr1e-2') for r in rungs[3:])
+  for bad in (0, 4, True):
+    with pytest.raises(ValueError, match=r'^finalists='):
+      lr_sweep({'a': {}}, [1e-3, 3e-3, 1e-2], finalists=bad)
+
+
 def test_extension_rungs_follow_the_grid_and_join_stage_2():
   rungs = lr_sweep({'a': {'model.block': 'pre_ln'}}, [3e-3, 1e-3, 1e-2], seeds=1, extend=2)
   assert [r.name for r in rungs] == ['a_lr3e-3', 'a_lr1e-3', 'a_lr1e-2', 'a_lr_ext1', 'a_lr_ext2',
@@ -121,10 +132,14 @@ def test_best_rate_counts_diverged_and_non_finite_as_worst(tmp_path):
   names = ('a_lr1e-3', 'a_lr3e-3', 'a_lr1e-2', 'a_lr3e-2')
   assert sweep.choose(str(tmp_path), 'a_best_s1', names) == 3e-3
   record = json.loads((tmp_path / 'a_best_s1' / sweep.CHOICE_FILE).read_text())
-  assert record == {'lr': 3e-3, 'from': 'a_lr3e-3', 'losses': {
+  assert record == {'lr': 3e-3, 'from': 'a_lr3e-3', 'rank': 1, 'losses': {
       'a_lr1e-3': 3.0, 'a_lr3e-3': 2.5, 'a_lr1e-2': None, 'a_lr3e-2': None}}
+  assert sweep.choose(str(tmp_path), 'a_top2_s1', names, rank=2) == 1e-3  # the second best
+  assert json.loads((tmp_path / 'a_top2_s1' / sweep.CHOICE_FILE).read_text())['from'] == 'a_lr1e-3'
   assert sweep.best({'x': math.inf, 'y': float('nan'), 'z': 9.0}) == 'z'
-  with pytest.raises(ConfigError, match='every rate of its sweep diverged'):
+  with pytest.raises(ConfigError, match='2 rates of its sweep stayed finite, it trains at the rank 3'):
+    sweep.choose(str(tmp_path), 'a_top3_s1', names, rank=3)  # a diverged rate is never a finalist
+  with pytest.raises(ConfigError, match='0 rates of its sweep stayed finite'):
     sweep.choose(str(tmp_path), 'a_best_s1', ('a_lr1e-2', 'a_lr3e-2'))
   write_rung(tmp_path, 'a_lr1e-1', 0.1)  # started, not finished
   with pytest.raises(ConfigError, match='a_best_s1 needs its finished learning-rate sweep: a_lr1e-1 not'):
