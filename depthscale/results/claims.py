@@ -26,7 +26,7 @@ REPRODUCES, NOT_AT_SIZE = 'reproduces', 'does not at this size'
 CONTRADICTS, NOT_MEASURED = 'contradicts', 'not measured'
 MEASURED = 'measured, no verdict'
 VERDICTS = (REPRODUCES, NOT_AT_SIZE, CONTRADICTS, MEASURED, NOT_MEASURED)
-NO_NUMBER = 'no number in the abstract (full paper not read here)'
+NO_NUMBER = 'no number found: full text not found or not read here'
 LOSS = 'final_eval_loss'
 AXES = {'L': 'depth', 'd': 'width'}  # Transfers.axis: the rung-name prefix of the size
 
@@ -168,14 +168,14 @@ COD = 'Sun et al. 2025 (Curse of Depth), arXiv 2502.05795'
 OSP = 'Park et al. 2025 (OSP)'
 TLM = 'Bayat, Behrouz & Courville 2026, arXiv 2606.23670'
 DYT = 'Zhu et al. 2025, arXiv 2503.10622'
-DERF = 'Chen et al. 2025 (Derf)'
+DERF = 'Chen et al. 2025 (Derf), arXiv 2512.10938'
 PRORES = 'Chen et al. 2026 (ProRes)'
 LAYERDROP = 'Fan et al. 2019 (LayerDrop)'
 LAYERSKIP = 'Elhoushi et al. 2024 (LayerSkip)'
 HC = 'Zhu et al. 2024, arXiv 2409.19606'
 ATTNRES = 'Kimi 2026, arXiv 2603.15031'
 DENSEFORMER = 'Pagliardini et al. 2024 (DenseFormer)'
-HYBRID = 'Zhuo et al. 2025 (HybridNorm)'
+HYBRID = 'Zhuo et al. 2025 (HybridNorm), arXiv 2503.04598'
 SCALENORM = 'Nguyen & Salazar 2019'
 GROMOV = 'Gromov et al. 2024, arXiv 2403.17887'
 VALUE_RES = 'Zhou et al. 2024, arXiv 2410.17897; arXiv 2605.03953'
@@ -184,52 +184,79 @@ VALUE_RES = 'Zhou et al. 2024, arXiv 2410.17897; arXiv 2605.03953'
 TRANSFERS = ('depth_mup_transfer', 'repro_depth_transfer')
 SURVEY = 'method_survey'  # experiments/method_survey.py: every method at its own best rate
 BEST = ', each at its best rate'
+# what the papers report, from their full text (table, figure or section cited); 'loss gap':
+# the natural-log cross-entropy difference a - b (ln of the perplexity ratio where the paper
+# gives perplexities)
+XIONG_NO_WARMUP = ('IWSLT14 De-En Transformer, Adam, no warmup: Post-LN BLEU 8.45; Pre-LN BLEU ~34, '
+                   'val loss ~4; Post-LN loss only as curves (Sections 3.2, 4.2, Figures 2, 4)')
+XIONG_WARMUP = ('IWSLT14 De-En Transformer, Adam: Post-LN BLEU 8.45 without warmup vs ~34 with 4,000 '
+                'warmup steps (31.16 / 2.77 with 500 steps at lr 5e-4 / 1e-3); no loss number, curves '
+                'only (Section 3.2, Figure 2)')
+DEEPNET_PRE = ('WMT-17 En-De, 100L-100L: DeepNet BLEU 28.9 vs Pre-LN 27.4, +1.5 BLEU; no loss number '
+               '(Table 1, an image: read from a secondary summary)')
+MIXLN_PRE = ('LLaMA-1B, 5B tokens (C4): Mix-LN ppl 18.18 vs Pre-LN 18.65, -2.5% ppl, loss gap -0.026 '
+             '(Table 1, v1)')
+MIXLN_POST = ('LLaMA-130M, 2.2B tokens (C4): Mix-LN ppl 26.07 vs Post-LN 26.95, -3.3% ppl, loss gap '
+              '-0.033; Post-LN diverges at 250M and 1B (ppl 1409, 1412) (Table 1, v1)')
+COD_LNS = ('LLaMA-1B, 8.9B tokens (C4): LNS ppl 15.71 vs Pre-LN 17.02, -7.7% ppl, loss gap -0.080 '
+           '(Table 1, v1)')
+DYT_LM = ('LLaMA 7B, 200B tokens (The Pile): train loss DyT 1.60 vs RMSNorm 1.59, gap +0.01; 70B: '
+          '1.45 vs 1.45 (Table 4; the LLM baseline is RMSNorm)')
+DERF_LN = ('GPT-2 124M, OpenWebText: val loss Derf 2.94 vs LN 2.94, gap 0.00 (Table 12; tokens not '
+           'given there; its gains over LN are in vision, speech, DNA)')
+DERF_DYT = 'GPT-2 124M, OpenWebText: val loss Derf 2.94 vs DyT 2.97, gap -0.03 (Table 12)'
+ATTNRES_REPORTED = ('Block AttnRes reaches the loss of a baseline with 1.25x its compute (scaling-law '
+                    'fit); Kimi Linear 48B (3B active), 1.4T tokens: MMLU 74.6 vs 73.5; no loss number '
+                    'read (official README; the paper\'s tables not read)')
 C = Claim
 CLAIMS: tuple[Claim, ...] = (
     # the notebooks' papers: placements, warmup, depth
     C('Pre-LN', XIONG, 'without warmup at a large rate Post-LN trains far worse than Pre-LN',
-      'Transformer-base (IWSLT14, WMT14), BERT-base; ' + NO_NUMBER, 'repro_pre_vs_post_ln',
+      XIONG_NO_WARMUP, 'repro_pre_vs_post_ln',
       Below('pre_ln', 'post_ln')),
     C('Post-LN', XIONG, 'learning-rate warmup rescues Post-LN',
-      'Transformer-base, 4,000-step warmup; ' + NO_NUMBER, 'repro_pre_vs_post_ln',
+      XIONG_WARMUP, 'repro_pre_vs_post_ln',
       Below('post_ln_warmup', 'post_ln')),
     C('Post-LN', XIONG, 'learning-rate warmup rescues Post-LN' + BEST,
-      'Transformer-base, 4,000-step warmup; ' + NO_NUMBER, SURVEY,
+      XIONG_WARMUP, SURVEY,
       Below('post_ln', 'post_ln_no_warmup')),
     C('Post-LN', DEEPNET, 'trained stably (each at its best rate), Post-LN ends below Pre-LN',
-      'up to 1,000 layers; ' + NO_NUMBER, SURVEY, Below('post_ln', 'pre_ln')),
+      'WMT-17 En-De: Post-LN diverges at 50L-50L and deeper; its BLEU against Pre-LN at a depth '
+      'where it trains not read here (Table 1 is an image); no loss number', SURVEY,
+      Below('post_ln', 'pre_ln')),
     C('DeepNorm', DEEPNET, 'DeepNorm trains where Post-LN does not',
       '200 layers, 3.2B params: +5 BLEU over a 48-layer 12B model; trains 1,000 layers',
       'repro_pre_vs_post_ln', Below('deepnorm', 'post_ln')),
     C('DeepNorm', DEEPNET, 'DeepNorm keeps Post-LN\'s performance: below Pre-LN at each one\'s best rate',
-      'up to 1,000 layers; ' + NO_NUMBER, SURVEY, Below('deepnorm', 'pre_ln')),
+      DEEPNET_PRE, SURVEY, Below('deepnorm', 'pre_ln')),
     C('Keel', 'Chen & Wei 2026 (Post-LayerNorm Is Back)', 'Keel improves perplexity over Pre-LN',
       'beyond 1,000 layers; ' + NO_NUMBER, 'repro_pre_vs_post_ln', Below('keel', 'pre_ln')),
     C('Keel', 'Chen & Wei 2026 (Post-LayerNorm Is Back)', 'Keel improves perplexity over Pre-LN' + BEST,
       'beyond 1,000 layers; ' + NO_NUMBER, SURVEY, Below('keel', 'pre_ln')),
-    C('Mix-LN', MIXLN, 'Mix-LN outperforms Post-LN', '70M to 7B params; ' + NO_NUMBER,
+    C('Mix-LN', MIXLN, 'Mix-LN outperforms Post-LN', MIXLN_POST,
       'repro_pre_vs_post_ln', Below('mix_ln', 'post_ln')),
-    C('Mix-LN', MIXLN, 'Mix-LN outperforms Pre-LN', '70M to 7B params; ' + NO_NUMBER,
+    C('Mix-LN', MIXLN, 'Mix-LN outperforms Pre-LN', MIXLN_PRE,
       'repro_curse_of_depth', Below('mix_ln', 'pre_ln')),
-    C('Mix-LN', MIXLN, 'Mix-LN outperforms Pre-LN' + BEST, '70M to 7B params; ' + NO_NUMBER,
+    C('Mix-LN', MIXLN, 'Mix-LN outperforms Pre-LN' + BEST, MIXLN_PRE,
       SURVEY, Below('mix_ln', 'pre_ln')),
-    C('Mix-LN', MIXLN, 'Mix-LN outperforms Post-LN' + BEST, '70M to 7B params; ' + NO_NUMBER,
+    C('Mix-LN', MIXLN, 'Mix-LN outperforms Post-LN' + BEST, MIXLN_POST,
       SURVEY, Below('mix_ln', 'post_ln')),
     C('LayerNorm Scaling', COD, 'LayerNorm Scaling lowers the loss of Pre-LN',
-      '130M to 1B params; ' + NO_NUMBER, 'repro_curse_of_depth', Below('lns', 'pre_ln')),
+      COD_LNS, 'repro_curse_of_depth', Below('lns', 'pre_ln')),
     C('LayerNorm Scaling', COD, 'LayerNorm Scaling lowers the loss of Pre-LN' + BEST,
-      '130M to 1B params; ' + NO_NUMBER, SURVEY, Below('lns', 'pre_ln')),
+      COD_LNS, SURVEY, Below('lns', 'pre_ln')),
     C('LayerNorm Scaling', COD, 'deep blocks count more with LNS: a larger effective depth than Pre-LN' + BEST,
-      '130M to 1B params; ' + NO_NUMBER, SURVEY, Below('pre_ln', 'lns'), 'effective_depth/skip'),
-    C('DyT', DYT, 'DyT matches or exceeds LayerNorm', NO_NUMBER, 'repro_norm_free',
+      'LLaMA-130M: pruning a deep layer costs more with LNS than with Pre-LN, as curves only '
+      '(Figure 4); no number', SURVEY, Below('pre_ln', 'lns'), 'effective_depth/skip'),
+    C('DyT', DYT, 'DyT matches or exceeds LayerNorm', DYT_LM, 'repro_norm_free',
       NotAbove('dyt', 'layernorm')),
-    C('DyT', DYT, 'DyT matches or exceeds LayerNorm' + BEST, NO_NUMBER, SURVEY,
+    C('DyT', DYT, 'DyT matches or exceeds LayerNorm' + BEST, DYT_LM, SURVEY,
       NotAbove('dyt', 'pre_ln')),
-    C('Derf', DERF, 'Derf outperforms LayerNorm', NO_NUMBER, 'repro_norm_free',
+    C('Derf', DERF, 'Derf outperforms LayerNorm', DERF_LN, 'repro_norm_free',
       Below('derf', 'layernorm')),
-    C('Derf', DERF, 'Derf outperforms DyT', NO_NUMBER, 'repro_norm_free', Below('derf', 'dyt')),
-    C('Derf', DERF, 'Derf outperforms LayerNorm' + BEST, NO_NUMBER, SURVEY, Below('derf', 'pre_ln')),
-    C('Derf', DERF, 'Derf outperforms DyT' + BEST, NO_NUMBER, SURVEY, Below('derf', 'dyt')),
+    C('Derf', DERF, 'Derf outperforms DyT', DERF_DYT, 'repro_norm_free', Below('derf', 'dyt')),
+    C('Derf', DERF, 'Derf outperforms LayerNorm' + BEST, DERF_LN, SURVEY, Below('derf', 'pre_ln')),
+    C('Derf', DERF, 'Derf outperforms DyT' + BEST, DERF_DYT, SURVEY, Below('derf', 'dyt')),
     C('DyT', 'DyT is regime-dependent (2026)', 'DyT helps at small token budgets, hurts at large',
       'GPT-2 64M: -27.3% val loss at 1M tokens, +18.8% at 118M', 'dyt_budget',
       Both(Below('dyt_small', 'ln_small'), Below('ln_large', 'dyt_large'))),
@@ -245,15 +272,18 @@ CLAIMS: tuple[Claim, ...] = (
       'Llama models; self-speculative decoding up to 2.16x faster', SURVEY,
       Reference('layerskip', 'pre_ln')),
     C('Hyper-connections (static / dynamic)', HC,
-      'hyper-connections beat the standard residual at equal size', NO_NUMBER,
+      'hyper-connections beat the standard residual at equal size',
+      'OLMo-7B, 500B tokens: V2 eval loss DHCx4 2.559 vs residual 2.581, gap -0.022 (Table 5)',
       'repro_width_depth_ladder', Below('hyper_connections_d64_L8', 'pre_ln_d64_L8')),
     C('Hyper-connections (static / dynamic)', HC,
-      'dynamic hyper-connections beat the standard residual' + BEST, NO_NUMBER, SURVEY,
+      'dynamic hyper-connections beat the standard residual' + BEST,
+      'OLMo-1B, 500B tokens: V2 eval loss DHCx4 2.781 vs residual 2.811, gap -0.030 (static '
+      'SHCx4 2.791) (Table 2)', SURVEY,
       Below('hyper_connections', 'pre_ln')),
     C('AttnRes / Block AttnRes', ATTNRES, 'attention over earlier layers beats the fixed residual sum',
-      NO_NUMBER, 'repro_width_depth_ladder', Below('attn_res_d64_L8', 'pre_ln_d64_L8')),
+      ATTNRES_REPORTED, 'repro_width_depth_ladder', Below('attn_res_d64_L8', 'pre_ln_d64_L8')),
     C('AttnRes / Block AttnRes', ATTNRES, 'attention over earlier layers beats the fixed residual sum' + BEST,
-      NO_NUMBER, SURVEY, Below('attn_res', 'pre_ln')),
+      ATTNRES_REPORTED, SURVEY, Below('attn_res', 'pre_ln')),
     C('DenseFormer (DWA)', DENSEFORMER, 'depth-weighted averages of past block outputs lower the loss',
       NO_NUMBER, 'repro_width_depth_ladder', Below('denseformer_d64_L8', 'pre_ln_d64_L8')),
     C('DenseFormer (DWA)', DENSEFORMER,
@@ -279,9 +309,13 @@ CLAIMS: tuple[Claim, ...] = (
     C('NormFormer', 'Shleifer et al. 2021 (NormFormer)', 'extra norms improve Pre-LN pre-training perplexity',
       '1.3B: equal perplexity 24% faster, 0.27 lower perplexity at equal compute',
       SURVEY, Below('normformer', 'pre_ln')),
-    C('HybridNorm', HYBRID, 'HybridNorm outperforms Pre-Norm and Post-Norm', NO_NUMBER, SURVEY,
+    C('HybridNorm', HYBRID, 'HybridNorm outperforms Pre-Norm and Post-Norm',
+      '550M dense, 400B tokens: train loss HybridNorm 2.74 vs Pre-Norm 2.75 (Post-Norm 2.76), gap '
+      '-0.01; C4 ppl 20.00 vs 20.30, -1.5% ppl, loss gap -0.015 (Table 6)', SURVEY,
       Below('hybridnorm', 'pre_ln')),
-    C('HybridNorm*', HYBRID, 'HybridNorm* outperforms Pre-Norm', NO_NUMBER, SURVEY,
+    C('HybridNorm*', HYBRID, 'HybridNorm* outperforms Pre-Norm',
+      '7B dense, 150B tokens: train loss HybridNorm* 2.430 vs Pre-Norm 2.469, gap -0.039; C4 ppl '
+      '14.83 vs 15.32 (Table 3)', SURVEY,
       Below('hybridnorm_star', 'pre_ln')),
     C('BranchNorm (reconstruction from the abstract)', 'Liu et al. 2023 (BranchNorm)',
       'better stability/convergence trade-off than DeepNorm', 'translation; ' + NO_NUMBER,
@@ -323,7 +357,9 @@ CLAIMS: tuple[Claim, ...] = (
       '8.2% perplexity improvement', SURVEY, Below('no_norm_relu', 'no_norm')),
     C('squared ReLU', 'So et al. 2021 (Primer), arXiv 2109.08668', 'squared ReLU improves language modelling',
       NO_NUMBER, SURVEY, Below('relu2', 'pre_ln')),
-    C('SwiGLU', 'Shazeer 2020', 'gated MLPs improve perplexity', NO_NUMBER, SURVEY,
+    C('SwiGLU', 'Shazeer 2020, arXiv 2002.05202', 'gated MLPs improve perplexity',
+      'T5-base (12+12 layers, d 768), C4, 524,288 steps: held-out log-perplexity SwiGLU 1.636 vs '
+      'GELU 1.679, gap -0.043 (Table 1)', SURVEY,
       Below('swiglu', 'pre_ln')),
     C('tapered MLP width (reconstruction)', TLM, 'earlier-heavy MLP widths beat uniform widths at a fixed budget',
       NO_NUMBER, SURVEY, Below('taper_cosine', 'pre_ln')),
@@ -360,7 +396,9 @@ CLAIMS: tuple[Claim, ...] = (
       'ResNet-50 ImageNet: 60% of the gain of an extra layer for 0.003% more params', SURVEY,
       Below('laurel', 'pre_ln')),
     C('ResFormer / SVFormer / SATFormer', VALUE_RES, 'value residuals lower the loss (ResFormer)',
-      NO_NUMBER, SURVEY, Below('resformer', 'pre_ln')),
+      '20B-token SlimPajama subset: ResFormer reaches the Transformer\'s val loss with 10.4% fewer '
+      'params or 13.6% less data; loss gaps as curves only (arXiv 2410.17897 v2, Section 1)', SURVEY,
+      Below('resformer', 'pre_ln')),
     C('Parallel block', 'GPT-J, PaLM; GPT-NeoX', 'parallel attention and MLP match the serial block (GPT-J)',
       NO_NUMBER, SURVEY, NotAbove('parallel_gptj', 'pre_ln')),
     C('MoDA', 'MoDA (hustvl), arXiv 2603.15619', 'attending to earlier layers lowers the loss', NO_NUMBER,
@@ -468,8 +506,10 @@ def markdown(table: pd.DataFrame, note: str = '') -> str:
   the table."""
   head = ['# Claims and verdicts', '',
           'Generated by `python -m depthscale.claims` from run directories: do not edit by hand.',
-          'Each row: a claim of a paper, what the paper reports (from its abstract unless said',
-          'otherwise), the run that measures it here (experiment file and size), the measured',
+          'Each row: a claim of a paper, what the paper reports (from its full text where a table,',
+          'figure or section is cited, from its abstract otherwise; a loss gap is the natural-log',
+          'cross-entropy difference, from the perplexities where the paper gives those), the run',
+          'that measures it here (experiment file and size), the measured',
           'final eval loss per variant as mean and 95% Student-t interval over seeds, and the',
           'verdict that the row\'s rule gives. Verdicts: reproduces; does not at this size',
           '(intervals overlap: nothing separates at this size and seed count); contradicts;',
