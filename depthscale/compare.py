@@ -5,7 +5,8 @@ and writes loss_vs_depth.png (final eval loss vs L, one line per variant) and pr
 (per-layer metrics at the final step vs l/L, one line per rung); then the power-law fits of
 final eval loss per variant with their intervals (loss_vs_params_fit.png,
 loss_vs_depth_fit.png), loss vs training FLOPs (loss_vs_flops.png) and the iso-FLOP groups
-(isoflop.png): docs/metrics.md. A learning-rate sweep (ladder.lr_sweep) adds each variant's
+(isoflop.png): docs/metrics.md. A learning-rate sweep (ladder.lr_sweep) adds loss_vs_lr.png (final eval loss vs
+rate per variant, seeds as points, the chosen rate ringed) and each variant's
 best rate, its seed count, mean final eval loss with a 95% Student-t interval, and the
 ranking (two variants ordered only where their intervals separate). All of these figures also go as TensorBoard images
 `ladder/<name>` to an event file next to them (by default in DIR/compare: the run `compare`
@@ -143,6 +144,10 @@ def compare(ladder_dir: str, out_dir: str | None = None,
   plots.loss_vs_depth(curves, paths[0])
   plots.final_profiles({r: res.final_profile(r) for r in res.summaries.rung}, paths[1])
   views, more = scaling_views(res, out_dir, tolerance)
+  sweep = res.sweep()
+  if not sweep.empty:
+    more.append(storage.join(out_dir, 'loss_vs_lr.png'))
+    plots.save(plots.loss_vs_lr_figure(res.rate_points(), dict(zip(sweep.variant, sweep.lr))), more[-1])
   text = '\n\n'.join(filter(None, [table(rows(res), COLUMNS + ED_COLUMNS + FLOPS_COLUMNS),
                                   sweep_view(res), views]))
   return text, paths + more + [tensorboard_images(out_dir, paths + more)]

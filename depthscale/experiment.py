@@ -5,6 +5,7 @@ Importable from notebooks: `run_ladder('experiments/quickstart.py', 'runs/q')`.
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import os
 from typing import Any
@@ -143,6 +144,9 @@ def rungs_of(module, arg: str | None) -> list[Rung]:
   return module.get_ladder(arg) if hasattr(module, 'get_ladder') else [Rung('default')]
 
 
+LISTED_RUNGS = 12  # a longer ladder's bad --rung error names the closest of its rungs
+
+
 def select(rungs: list[Rung], rung: str | None) -> list[Rung]:
   """All rungs, or the one named (or 0-based indexed) by `rung`."""
   if rung is None:
@@ -152,8 +156,11 @@ def select(rungs: list[Rung], rung: str | None) -> list[Rung]:
     return [rungs[names.index(rung)]]
   if rung.isdigit() and int(rung) < len(rungs):
     return [rungs[int(rung)]]
+  shown = (', '.join(names) if len(names) <= LISTED_RUNGS else
+           f'{len(names)} names, closest: ' + ', '.join(
+               difflib.get_close_matches(rung, names, LISTED_RUNGS // 2, 0) or names[:LISTED_RUNGS // 2]))
   raise config_lib.ConfigError(f'--rung={rung!r} is invalid: allowed 0..{len(rungs) - 1} '
-                               f'or one of {", ".join(names)}')
+                               f'or one of {shown}')
 
 
 def resolve(config_arg: str, overrides: dict[str, Any] | None = None,

@@ -5,7 +5,9 @@ import json
 import os
 import re
 
+import numpy as np
 import pytest
+from scipy import stats
 
 from depthscale import claims as claims_cli
 from depthscale import experiment
@@ -85,6 +87,52 @@ def test_a_rule_on_an_analysis_scalar_reads_its_last_value(tmp_path):
   assert loss.verdict == claims.NOT_AT_SIZE  # equal losses
 
 
+def test_a_paired_verdict_cancels_the_noise_seeds_share(tmp_path):
+  shared = [2.0, 2.6, 3.2]  # seed k's data order moves both variants alike
+  a, b = [x - 0.05 for x in shared], [shared[0], shared[1] + 0.01, shared[2] - 0.01]
+  assert intervals.order(intervals.t_interval(a)[1:], intervals.t_interval(b)[1:]) == 0  # unpaired: tied
+  row = claims.evaluate({('exp', 'tiny'): ladder(tmp_path, {'a': a, 'b': b})}, RULES[:1]).iloc[0]
+  assert row.verdict == claims.REPRODUCES and row.gap.startswith('a - b -0.050 [') and '(3 paired seeds)' in row.gap
+  assert row.measured.startswith('a 2.550 [')  # the unpaired mean and interval stay
+
+
+def test_variants_without_common_seeds_fall_back_to_unpaired_intervals(tmp_path):
+  ladder(tmp_path, {'a': [2.0, 2.01, 2.02]})
+  res = ladder(tmp_path, {'b': [9.0, 9.0, 2.5, 2.51, 2.52]})  # b's seeds 3, 4 only would pair...
+  res.configs.loc[res.configs.rung.str.startswith('b'), 'train.seed'] += 3  # ...now none do
+  row = claims.evaluate({('exp', 'tiny'): res}, RULES[:1]).iloc[0]
+  assert row.gap.endswith('(unpaired)') and row.verdict == claims.NOT_AT_SIZE  # b's interval is wide
+
+
+def test_paired_interval_is_scipys_ttest_rel_interval():
+  rng = np.random.default_rng(1)
+  a, b = rng.normal(2.5, 0.3, 5), rng.normal(2.6, 0.3, 5)
+  mean, low, high = intervals.paired_interval(a, b)
+  ci = stats.ttest_rel(a, b).confidence_interval(0.95)
+  assert mean == pytest.approx(np.mean(a - b), rel=1e-12)
+  assert (low, high) == (pytest.approx(ci.low, rel=1e-12), pytest.approx(ci.high, rel=1e-12))
+
+
+@pytest.mark.parametrize('config, rungs', [
+    ('method_survey.py:smoke', ('pre_ln_best_s1', 'post_ln_best_s1', 'lns_best_s1')),
+    ('repro_width_depth_ladder.py:smoke', None),  # shapes differ: the data order still pairs
+])
+def test_seed_k_sees_the_same_batches_in_every_variant(config, rungs):
+  from depthscale.data import pipeline
+  resolved = experiment.resolve(os.path.join(ROOT, 'experiments', config), check_machine=False)
+  by_seed = {}
+  for r, cfg in resolved:
+    if rungs is None or r.name in rungs:
+      it = pipeline.train_iterator(cfg.data, cfg.train.seed)
+      by_seed.setdefault(cfg.train.seed, []).append((r.name, [next(it)['inputs'] for _ in range(3)]))
+  assert sum(len(v) > 1 for v in by_seed.values()) >= 1, by_seed.keys()
+  for seed, runs in by_seed.items():
+    for name, batches in runs[1:]:
+      assert all(np.array_equal(x, y) for x, y in zip(batches, runs[0][1])), (seed, name, runs[0][0])
+  firsts = [runs[0][1][0] for runs in by_seed.values()]
+  assert all(not np.array_equal(firsts[0], f) for f in firsts[1:])  # another seed, other batches
+
+
 LOW, HIGH, WIDE = [2.0, 2.01, 2.02], [2.5, 2.51, 2.52], [1.5, 2.25, 3.0]
 
 
@@ -104,8 +152,8 @@ def test_the_dyt_budget_row_needs_both_regimes(tmp_path, dyt_small, ln_small, ln
   assert row.verdict == verdict
   assert [m.split()[0] for m in row.measured.split('; ')] == list(losses)
   assert row.tokens == '600 (0.1/param); 12,000 (2/param)'
-  assert row.rule == ('dyt_small below ln_small and ln_large below dyt_large, intervals separated '
-                      '(either the other way: contradicts; an overlap: does not at this size)')
+  assert row.rule == ('dyt_small below ln_small and ln_large below dyt_large, separated '
+                      '(either the other way: contradicts; one not separated: does not at this size)')
 
 
 @pytest.mark.parametrize('best_at_l8, verdict', [
@@ -175,8 +223,9 @@ def test_command_writes_the_table(tmp_path, capsys):
   assert 'Runs read: repro_pre_vs_post_ln:tiny. a test.' in text
   rows = [l for l in text.splitlines() if l.startswith('| ') and 'repro_pre_vs_post_ln:tiny' in l]
   xiong = [l for l in rows if 'Xiong' in l and 'far worse' in l]
-  assert len(xiong) == 1 and xiong[0].endswith('| reproduces | pre_ln below post_ln, intervals '
-                                                'separated (above: contradicts; overlap: does not at this size) |')
+  assert len(xiong) == 1 and xiong[0].endswith('| reproduces | pre_ln below post_ln, separated '
+                                                '(above: contradicts; not separated: does not at this size) |')
+  assert '| pre_ln - post_ln -1.500 [-1.500, -1.500] (3 paired seeds) |' in xiong[0]
   assert 'pre_ln 2.010 [' in xiong[0]
   assert text.count('\n| ') == len(claims.CLAIMS) + 1  # header, one row per claim
   assert 'reproduces' in capsys.readouterr().out
@@ -217,3 +266,28 @@ def test_every_rule_names_variants_of_its_ladder():
       pairs = (c.rule.first, c.rule.second) if isinstance(c.rule, claims.Both) else (c.rule,)
       named = {v for p in pairs for v in (p.a, p.b)}
       assert named <= names, (c.claim, named - names)
+
+
+@pytest.mark.parametrize('b_losses, verdict', [
+    ([3.0, 2.5, 2.9, 3.3], claims.REPRODUCES),  # b within 5% of its best at 3e-3 only
+    ([2.5, 2.55, 2.6, 2.62], claims.CONTRADICTS),  # b at all four
+    ([3.0, 2.5, 2.6, 3.3], claims.NOT_AT_SIZE),  # both at two rates
+])
+def test_rate_sensitivity_counts_the_rates_near_each_variants_best(tmp_path, b_losses, verdict):
+  grid = (1e-3, 3e-3, 1e-2, 3e-2)
+  a_losses = [3.0, 2.5, 2.6, 3.3]  # a within 5% of 2.5 at 3e-3 and 1e-2
+  rungs = {f'{v}_lr{r:g}': (r, x) for v, xs in (('a', a_losses), ('b', b_losses)) for r, x in zip(grid, xs)}
+  rungs.update({f'{v}_best_s{k}': (3e-3, 2.5) for v in 'ab' for k in (1, 2)})
+  for name, (lr, loss) in rungs.items():
+    os.makedirs(tmp_path / name)
+    (tmp_path / name / 'config.json').write_text(json.dumps({
+        'model': {'num_layers': 2, 'd_model': 16}, 'data': {'seq_len': 16, 'source': 'grammar'},
+        'optim': {'lr': lr}, 'train': {'seed': 0}}))
+    (tmp_path / name / 'summary.json').write_text(json.dumps(
+        {'final_eval_loss': loss, 'non_embedding_params': 6000, 'tokens': 100}))
+  rule = claims.Claim('m', 'p', 'a is less rate-sensitive', 'n/a', 'exp', claims.Wider('a', 'b'))
+  row = claims.evaluate({('exp', 'tiny'): loader.load(str(tmp_path))}, (rule,)).iloc[0]
+  assert row.verdict == verdict
+  assert row.gap.startswith('a within 5% at 0.003, 0.01; b within 5% at ')
+  assert claims.evaluate({('exp', 'tiny'): ladder(tmp_path / 'none', {'a': [2.0], 'b': [2.0]})},
+                         (rule,)).iloc[0].verdict == claims.NOT_MEASURED  # no sweep

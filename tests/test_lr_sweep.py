@@ -15,7 +15,7 @@ from scipy import stats
 from depthscale import compare, experiment, results, sweep
 from depthscale.errors import ConfigError
 from depthscale.ladder import Extension, lr_name, lr_sweep
-from depthscale.results import intervals
+from depthscale.results import intervals, plots
 
 EXPERIMENT = '''
 from depthscale.config import default_config
@@ -181,6 +181,34 @@ def test_ranking_orders_only_separated_intervals():
   assert intervals.ranking(table) == ['a < b', 'a < c', 'b ~ c (tied)']
 
 
+def test_the_rate_is_the_finalist_with_the_lowest_mean_over_seeds(tmp_path):
+  stage1 = {'a_lr1e-3': (1e-3, 3.0), 'a_lr1e-2': (1e-2, 2.6), 'a_lr3e-2': (3e-2, 2.5)}
+  stage2 = {'a_best_s': (3e-2, [2.4, 3.3, 2.9]), 'a_top2_s': (1e-2, [2.55, 2.6, 2.65])}
+  rungs = {n: (lr, 0, loss) for n, (lr, loss) in stage1.items()}  # seed 0 chose 3e-2...
+  rungs.update({f'{n}{k}': (lr, k, x) for n, (lr, xs) in stage2.items() for k, x in enumerate(xs, 1)})
+  for name, (lr, seed, loss) in rungs.items():
+    os.makedirs(tmp_path / name)
+    (tmp_path / name / 'config.json').write_text(json.dumps({
+        'model': {'num_layers': 2, 'd_model': 16}, 'data': {'seq_len': 16}, 'optim': {'lr': lr},
+        'train': {'seed': seed}}))
+    (tmp_path / name / 'summary.json').write_text(json.dumps(
+        {'final_eval_loss': loss, 'non_embedding_params': 6000, 'tokens': 100}))
+    if '_s' in name:
+      (tmp_path / name / sweep.CHOICE_FILE).write_text(json.dumps(
+          {'lr': lr, 'from': '', 'rank': 1 + ('top2' in name), 'losses': {n: l for n, (_, l) in stage1.items()}}))
+  res = results.load(str(tmp_path))
+  row = res.sweep().iloc[0]  # ...over seeds 1-3, 1e-2 is lower on average: the variant's rate
+  assert (row.variant, row.lr, row.seeds, row.rates) == ('a', 1e-2, 3, 3)
+  assert row['mean'] == pytest.approx(2.6) and row.edge == ''
+  points = res.rate_points()
+  assert len(points) == 9 and set(points.variant) == {'a'}
+  assert points.groupby('lr').seed.apply(sorted).to_dict() == {1e-3: [0], 1e-2: [0, 1, 2, 3], 3e-2: [0, 1, 2, 3]}
+  fig = plots.loss_vs_lr_figure(points, {'a': 1e-2})
+  ring = [l for l in fig.axes[0].lines if l.get_markersize() == 11]
+  assert len(ring) == 1 and list(ring[0].get_xdata()) == [1e-2]
+  assert list(ring[0].get_ydata()) == [pytest.approx(np.mean([2.6, 2.55, 2.6, 2.65]))]  # the mean line's point
+
+
 def test_sweep_view_lists_every_pair_only_for_a_few_variants():
   def view(n: int) -> str:
     rows = [{'variant': f'v{i}', 'lr': 1e-3, 'rates': 4, 'edge': '', 'seeds': 3, 'mean': 2.0 + i,
@@ -229,7 +257,20 @@ def test_an_extended_sweep_runs_resumes_and_selects_rungs(tmp_path, capsys):
   assert again == rows[2:]
   res = results.load(ladder)
   assert 'pre_lr_ext2' not in set(res.configs.rung)
+  _, written = compare.compare(ladder)
+  assert os.path.join(ladder, 'compare', 'loss_vs_lr.png') in written
   assert res.sweep().to_dict('records') == [{
       'variant': 'pre', 'lr': 1e-2, 'rates': 3, 'edge': '', 'seeds': 1, 'mean': rows[2]['eval_loss'],
       'low': pytest.approx(np.nan, nan_ok=True), 'high': pytest.approx(np.nan, nan_ok=True),
       'rank': 1}]  # the extension below 1e-2 did worse: 1e-2 is no longer the lowest rate
+
+
+def test_a_bad_rung_names_the_closest_rungs_of_a_long_ladder():
+  rungs = lr_sweep({f'v{i}': {} for i in range(20)}, [1e-3, 1e-2], seeds=1)
+  with pytest.raises(ConfigError) as e:
+    experiment.select(rungs, 'v3_lr0.01')
+  message = str(e.value)
+  assert message.startswith("--rung='v3_lr0.01' is invalid: allowed 0..59 or one of 60 names, closest: v3_lr1e-")
+  assert len(message) < 200 and '\n' not in message
+  with pytest.raises(ConfigError, match=r"allowed 0\.\.2 or one of v0_lr1e-3, v0_lr1e-2, v0_best_s1$"):
+    experiment.select(rungs[:3], 'x')

@@ -6,8 +6,12 @@ directories and writes docs/claims.md; nothing measured is typed in this file.
 
 Measured values: the final eval losses of a ladder's finished rungs, grouped by variant
 (the rung name without its seed part: 'post_ln_s2' -> 'post_ln', 'pre_ln_best_s1' ->
-'pre_ln', 'pre_ln_s0_d64_L8' -> 'pre_ln_d64_L8'), as mean and 95% Student-t interval over
-the seeds (intervals.t_interval). One seed gives no interval: nothing separates.
+'pre_ln', 'pre_ln_s0_d64_L8' -> 'pre_ln_d64_L8'; of a sweep's finalist rates, the one with
+the lowest mean), as mean and 95% Student-t interval over the seeds (intervals.t_interval).
+Verdicts over two variants are paired: seed k sees the same batches in every variant of a
+ladder, so the rule reads the 95% t-interval of the per-seed differences a - b over the seeds
+both have (intervals.paired_interval); only where fewer than 2 seeds pair does it compare the
+two unpaired intervals. One seed gives no interval: nothing separates.
 """
 
 from __future__ import annotations
@@ -31,9 +35,32 @@ LOSS = 'final_eval_loss'
 AXES = {'L': 'depth', 'd': 'width'}  # Transfers.axis: the rung-name prefix of the size
 
 
+def difference(stats: pd.DataFrame, a: str, b: str) -> tuple[float, float, float, int] | None:
+  """(mean, low, high, pairs) of the per-seed differences a - b over the seeds both variants of
+  a variant_stats table have; None where fewer than 2 pair."""
+  sa, sb = stats.loc[a, 'by_seed'], stats.loc[b, 'by_seed']
+  common = sorted(set(sa) & set(sb))
+  if len(common) < 2:
+    return None
+  return (*intervals.paired_interval([sa[k] for k in common], [sb[k] for k in common]),
+          len(common))
+
+
 def _order(stats: pd.DataFrame, a: str, b: str) -> int:
-  """intervals.order of variants a and b's intervals in a variant_stats table."""
+  """-1 / 1 where a lies below / above b, 0 where nothing separates: the paired interval of
+  a - b against 0, or intervals.order of the unpaired intervals where the seeds do not pair."""
+  d = difference(stats, a, b)
+  if d is not None:
+    return -1 if d[2] < 0 else 1 if d[1] > 0 else 0
   return intervals.order(*(tuple(stats.loc[v, ['low', 'high']]) for v in (a, b)))
+
+
+def gap(stats: pd.DataFrame, a: str, b: str) -> str:
+  """'a - b +0.012 [-0.03, 0.05] (3 paired seeds)', or the difference of means (unpaired)."""
+  d = difference(stats, a, b)
+  if d is None:
+    return f'{a} - {b} {stats.loc[a, "mean"] - stats.loc[b, "mean"]:+.3f} (unpaired)'
+  return f'{a} - {b} {d[0]:+.3f} [{d[1]:+.3f}, {d[2]:+.3f}] ({d[3]} paired seeds)'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,31 +73,33 @@ class _Pair:
     del stats
     return [self.a, self.b]
 
+  def gap(self, stats: pd.DataFrame) -> str:
+    return gap(stats, self.a, self.b)
+
 
 @dataclasses.dataclass(frozen=True)
 class Below(_Pair):
-  """Variant a's final eval loss is below b's: reproduces where a's interval lies wholly
-  below b's, contradicts where wholly above, does not at this size where they overlap."""
+  """Variant a's final eval loss is below b's: reproduces where a - b separates below 0
+  (_order), contradicts where above, does not at this size where nothing separates."""
 
   def decide(self, stats: pd.DataFrame) -> str:
     o = _order(stats, self.a, self.b)
     return REPRODUCES if o < 0 else CONTRADICTS if o > 0 else NOT_AT_SIZE
 
   def describe(self) -> str:
-    return f'{self.a} below {self.b}, intervals separated (above: contradicts; overlap: does not at this size)'
+    return f'{self.a} below {self.b}, separated (above: contradicts; not separated: does not at this size)'
 
 
 @dataclasses.dataclass(frozen=True)
 class NotAbove(_Pair):
-  """Variant a matches or beats b: reproduces unless a's interval lies wholly above b's
-  (contradicts)."""
+  """Variant a matches or beats b: reproduces unless a separates above b (contradicts)."""
 
   def decide(self, stats: pd.DataFrame) -> str:
     o = _order(stats, self.a, self.b)
     return CONTRADICTS if o > 0 else REPRODUCES
 
   def describe(self) -> str:
-    return f'{self.a} not above {self.b} (intervals overlap or {self.a} below); above, separated: contradicts'
+    return f'{self.a} not above {self.b} (not separated, or {self.a} below); above, separated: contradicts'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,6 +126,9 @@ class Both:
   def shown(self, stats: pd.DataFrame) -> list[str]:
     return self.first.shown(stats) + self.second.shown(stats)
 
+  def gap(self, stats: pd.DataFrame) -> str:
+    return f'{self.first.gap(stats)}; {self.second.gap(stats)}'
+
   def decide(self, stats: pd.DataFrame) -> str:
     verdicts = {self.first.decide(stats), self.second.decide(stats)}
     return (CONTRADICTS if CONTRADICTS in verdicts else
@@ -104,7 +136,36 @@ class Both:
 
   def describe(self) -> str:
     return (f'{self.first.a} below {self.first.b} and {self.second.a} below {self.second.b}, '
-            'intervals separated (either the other way: contradicts; an overlap: does not at this size)')
+            'separated (either the other way: contradicts; one not separated: does not at this size)')
+
+
+@dataclasses.dataclass(frozen=True)
+class Wider(_Pair):
+  """Variant a trains well over a wider range of learning rates than b (rate sensitivity):
+  of each one's stage-1 rates (ladder.lr_sweep, seed 0, extensions included), those whose
+  final loss is within `within` (relative) of that variant's best; reproduces where a has
+  more of them, contradicts where fewer, does not at this size where as many (one seed per
+  rate: no interval)."""
+  within: float = 0.05
+
+  def near(self, stats: pd.DataFrame, v: str) -> list[float]:
+    rows = stats[stats.index.str.fullmatch(rf'{re.escape(v)}_lr(\d.*|_ext\d+)')]
+    return sorted(rows.lr[rows['mean'] <= rows['mean'].min() * (1 + self.within)])
+
+  def shown(self, stats: pd.DataFrame) -> list[str]:
+    return [self.a, self.b] if self.near(stats, self.a) and self.near(stats, self.b) else []
+
+  def decide(self, stats: pd.DataFrame) -> str:
+    na, nb = len(self.near(stats, self.a)), len(self.near(stats, self.b))
+    return REPRODUCES if na > nb else CONTRADICTS if na < nb else NOT_AT_SIZE
+
+  def describe(self) -> str:
+    return (f'{self.a} within {self.within:.0%} of its best at more stage-1 rates than {self.b} '
+            '(fewer: contradicts; as many: does not at this size)')
+
+  def gap(self, stats: pd.DataFrame) -> str:
+    return '; '.join(f'{v} within {self.within:.0%} at ' + ', '.join(f'{r:g}' for r in self.near(stats, v))
+                     for v in (self.a, self.b))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,6 +198,10 @@ class Transfers:
     best = self._best(stats)
     return [name for _, name in best.values()] if len(best) > 1 else []
 
+  def gap(self, stats: pd.DataFrame) -> str:
+    del stats
+    return '-'
+
   def decide(self, stats: pd.DataFrame) -> str:
     rates = sorted({rate for r in self._runs(stats).values() for _, rate, _ in r})
     steps = [rates.index(rate) for rate, _ in self._best(stats).values()]
@@ -157,7 +222,7 @@ class Claim:
   claim: str
   reported: str
   experiment: str = ''
-  rule: Below | NotAbove | Reference | Both | Transfers | None = None
+  rule: Below | NotAbove | Reference | Both | Wider | Transfers | None = None
   metric: str = LOSS  # what the rule compares: the final eval loss, or an analysis scalar
 
 
@@ -419,6 +484,16 @@ CLAIMS: tuple[Claim, ...] = (
     C('Relaxed Recursive Transformer', 'Bae et al. 2024, arXiv 2410.20672',
       'per-loop LoRA improves a looped model', 'recursive Gemma 1B; ' + NO_NUMBER, SURVEY,
       Below('relaxed_loop', 'loop')),
+    # rate sensitivity, from the survey's stage-1 sweeps (CompleteP's: the transfer rows)
+    C('DeepNorm', DEEPNET, 'DeepNorm trains well over a wider range of learning rates than Post-LN',
+      'see the DeepNorm rows', SURVEY, Wider('deepnorm', 'post_ln')),
+    C('Keel', 'Chen & Wei 2026 (Post-LayerNorm Is Back)',
+      'Keel trains well over a wider range of learning rates than Pre-LN', 'see the Keel rows',
+      SURVEY, Wider('keel', 'pre_ln')),
+    C('nGPT', 'Loshchilov et al. 2024 (nGPT)', 'nGPT is less sensitive to the learning rate than Pre-LN',
+      'see the nGPT row', SURVEY, Wider('ngpt', 'pre_ln')),
+    C('SimpleNorm', 'Chen et al. 2026 (SimpleGPT)', 'SimpleNorm trains well over a wider range of rates',
+      'rates 3x-10x larger than LLaMA2 with QK-norm (abstract)', SURVEY, Wider('simple_norm', 'pre_ln')),
 )
 
 
@@ -432,24 +507,26 @@ def final_values(res: Results, metric: str = LOSS) -> pd.Series:
 
 
 def variant_stats(res: Results, metric: str = LOSS) -> pd.DataFrame:
-  """Per variant (index): seeds, mean, low, high (of final_values, 95% Student-t), lr,
-  edge (of a swept variant whose best rate is the lowest or highest it measured, extensions
-  past its grid included: intervals.edge),
-  L, D, params (non-embedding), tokens, data."""
+  """Per variant (index): seeds, mean, low, high (of final_values, 95% Student-t), by_seed
+  (train.seed -> value), lr (of a sweep's finalists, the one with the lowest mean loss:
+  intervals.finalist), edge (of a swept variant whose best rate is the lowest or highest it
+  measured, extensions past its grid included: intervals.edge), L, D, params
+  (non-embedding), tokens, data."""
   cfg = res.configs.set_index('rung')
-  edges = {intervals.variant(c.rung): intervals.edge(c.lr, c.losses, res.configs)
-           for c in res.choices.itertuples()}
-  values = final_values(res, metric)
+  swept = {intervals.variant(c.rung): c.losses for c in res.choices.itertuples()}
+  values, loss = final_values(res, metric), final_values(res)
   done = res.summaries[res.summaries.rung.isin(values.index)]
   rows = []
   for v, g in done.groupby(done.rung.map(intervals.variant), sort=False):
-    mean, low, high = intervals.t_interval(values[g.rung])
-    c = cfg.loc[g.rung.iloc[0]]
-    rows.append({'variant': v, 'seeds': len(g), 'mean': mean, 'low': low, 'high': high,
-                 'lr': c['optim.lr'] if cfg.loc[g.rung, 'optim.lr'].nunique() == 1 else np.nan,
-                 'edge': edges.get(v, ''),
+    rungs = intervals.finalist(loss[g.rung], cfg['optim.lr'])
+    mean, low, high = intervals.t_interval(values[rungs])
+    c, lr = cfg.loc[rungs[0]], cfg.loc[rungs[0], 'optim.lr']
+    first = g.set_index('rung').loc[rungs[0]]
+    rows.append({'variant': v, 'seeds': len(rungs), 'mean': mean, 'low': low, 'high': high,
+                 'by_seed': {int(cfg.loc[r, 'train.seed']): float(values[r]) for r in rungs},
+                 'lr': lr, 'edge': intervals.edge(lr, swept[v], res.configs) if v in swept else '',
                  'L': int(c['model.num_layers']), 'D': int(c['model.d_model']),
-                 'params': int(g.non_embedding_params.iloc[0]), 'tokens': int(g.tokens.iloc[0]),
+                 'params': int(first.non_embedding_params), 'tokens': int(first.tokens),
                  'data': c['data.source']})
   return pd.DataFrame(rows).set_index('variant') if rows else pd.DataFrame()
 
@@ -479,14 +556,15 @@ def evaluate(runs: dict[tuple[str, str], Results],
     for size, s in found or [('', None)]:
       v = verdict(c, s)
       row = {**base, 'measured_by': f'{c.experiment}:{size}' if size else c.experiment or '-',
-             'size': '-', 'data': '-', 'tokens': '-', 'measured': '-', 'verdict': v}
+             'size': '-', 'data': '-', 'tokens': '-', 'measured': '-', 'gap': '-', 'verdict': v}
       if v != NOT_MEASURED:
         shown = c.rule.shown(s)
         a = s.loc[shown[0]]
         budgets = s.loc[shown].drop_duplicates('tokens').itertuples()
         row.update(size=f'L{a.L} d{a.D}, {a.params:,} non-emb params', data=a.data,
                    tokens='; '.join(f'{b.tokens:,} ({b.tokens / b.params:.2g}/param)' for b in budgets),
-                   measured='; '.join(_measured(n, s.loc[n]) for n in shown))
+                   measured='; '.join(_measured(n, s.loc[n]) for n in shown),
+                   gap=c.rule.gap(s))
       rows.append(row)
   return pd.DataFrame(rows)
 
@@ -498,30 +576,34 @@ def _measured(name: str, s: pd.Series) -> str:
 
 
 COLUMNS = ('method', 'paper', 'claim', 'reported', 'measured_by', 'size', 'data', 'tokens',
-           'measured', 'verdict', 'rule')
+           'measured', 'gap', 'verdict', 'rule')
 
 
 def markdown(table: pd.DataFrame, note: str = '') -> str:
   """docs/claims.md: how it is made, the runs it read (and `note`: machine, load), then
   the table."""
   head = ['# Claims and verdicts', '',
-          'Generated by `python -m depthscale.claims` from run directories: do not edit by hand.',
+          'Generated by `python -m depthscale.claims` from the runs kept in records/ (each rung\'s',
+          'config, summary and logs): do not edit by hand; the same command regenerates it.',
           'Each row: a claim of a paper, what the paper reports (from its full text where a table,',
           'figure or section is cited, from its abstract otherwise; a loss gap is the natural-log',
           'cross-entropy difference, from the perplexities where the paper gives those), the run',
-          'that measures it here (experiment file and size), the measured',
-          'final eval loss per variant as mean and 95% Student-t interval over seeds, and the',
-          'verdict that the row\'s rule gives. Verdicts: reproduces; does not at this size',
-          '(intervals overlap: nothing separates at this size and seed count); contradicts;',
-          'measured, no verdict (a reference method, a claim about something other than the',
-          'final loss, or a one-seed run); not measured (no run given, or its ladder lacks the',
-          'variants). A rule on an analysis scalar names it (effective_depth/skip, docs/metrics.md).',
-          '"The grid\'s highest" (or lowest) after a rate: that variant\'s best rate is the edge of',
-          'its learning-rate sweep, so its optimum may lie beyond the rates tried.',
-          'The claims, papers\'',
-          'numbers and rules live in `depthscale/results/claims.py`.', '',
+          'that measures it here (experiment file and size), the measured final eval loss per',
+          'variant as mean and 95% Student-t interval over its seeds, the gap a - b of the two',
+          'variants the rule compares (mean and 95% t-interval of the per-seed differences: seed k',
+          'sees the same batches in every variant, so the seeds pair; "unpaired" where fewer than',
+          '2 seeds pair), and the verdict that the row\'s rule gives from that gap. Verdicts:',
+          'reproduces; does not at this size (the gap\'s interval contains 0: nothing separates at',
+          'this size and seed count); contradicts; measured, no verdict (a reference method, a',
+          'claim about something other than the final loss, or a one-seed run); not measured (no',
+          'run kept, or its ladder lacks the variants). A rule on an analysis scalar names it',
+          '(effective_depth/skip, docs/metrics.md). A swept variant trains its seeds at its two',
+          'best stage-1 rates and counts the one with the lower mean. "The grid\'s highest" (or',
+          'lowest) after a rate: that variant\'s best rate is the edge of its learning-rate sweep,',
+          'so its optimum may lie beyond the rates tried. The claims, papers\' numbers and rules',
+          'live in `depthscale/results/claims.py`.', '',
           'Runs read: ' + (', '.join(sorted({m for m in table.measured_by if ':' in m})) or 'none')
-          + (f'. {note}' if note else '') + '.', '']
+          + (f'. {note.rstrip(".")}' if note else '') + '.', '']
   lines = ['| ' + ' | '.join(COLUMNS) + ' |', '|' + '---|' * len(COLUMNS)]
   for _, r in table.iterrows():
     lines.append('| ' + ' | '.join(str(r[c]).replace('|', '/') for c in COLUMNS) + ' |')

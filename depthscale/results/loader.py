@@ -1,4 +1,5 @@
-"""Notebook loader of a ladder directory: `depthscale.results.load('runs/quickstart')`."""
+"""Notebook loader of a ladder directory or its kept record: `depthscale.results.load('runs/quickstart')`,
+`depthscale.results.load('records/method_survey.tokens20.json.gz')`."""
 
 from __future__ import annotations
 
@@ -7,11 +8,11 @@ import pandas as pd
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from depthscale import storage, sweep
-from depthscale.results import intervals, rankings, scaling
+from depthscale.results import intervals, rankings, records, scaling
 from depthscale.results.fits import Fit
 from depthscale.results.flops import ISOFLOP_TOLERANCE
 
-SCALAR_LOGS = ('train_log.jsonl', 'eval_log.jsonl', 'analysis_log.jsonl')
+SCALAR_LOGS = records.JSONL_FILES[1:]  # train, eval and analysis logs
 CHOICE_COLUMNS = ['rung', 'lr', 'from', 'losses']
 
 
@@ -63,6 +64,11 @@ class Results:
     a Student-t interval, and rank (intervals.sweep_table); empty without a sweep."""
     return intervals.sweep_table(self.choices, self.summaries, self.configs, level)
 
+  def rate_points(self) -> pd.DataFrame:
+    """Per swept variant, every finished rung as (variant, rung, lr, seed, loss): the
+    stage-1 rates and the stage-2 seeds at each finalist (intervals.rate_points)."""
+    return intervals.rate_points(self.choices, self.summaries, self.configs)
+
   def ranking(self, fractions: tuple[float, ...] = rankings.FRACTIONS) -> rankings.Ranking:
     """The finished rungs' variants ranked by mean eval loss over seeds at the eval logged
     nearest to each fraction of the steps (default 50% and 100%): .table, .orders, .stable
@@ -81,28 +87,23 @@ def flatten(d: dict, prefix: str = '') -> dict:
   return out
 
 
-def rung_dirs(ladder_dir: str) -> list[str]:
-  """Names of the rung directories (those holding a config.json), sorted."""
-  return [d for d in storage.listdir(ladder_dir)
-          if storage.isfile(storage.join(ladder_dir, d, 'config.json'))]
-
-
-def load(ladder_dir: str) -> Results:
-  """Reads every rung of a ladder directory (finished or not) into DataFrames."""
+def load(ladder: str) -> Results:
+  """Reads every rung (finished or not) of a ladder directory, or of its kept record
+  (records.pack: a '.json.gz' file), into DataFrames."""
+  rungs = records.read(ladder)[0] if records.is_record(ladder) else records.read_ladder(ladder)
   configs, summaries, layers, scalars, choices = [], [], [], [], []
-  for rung in rung_dirs(ladder_dir):
-    path = lambda f, rung=rung: storage.join(ladder_dir, rung, f)
-    configs.append({'rung': rung, **flatten(storage.read_json(path('config.json')))})
-    if storage.exists(path('summary.json')):
-      summaries.append({'rung': rung, **storage.read_json(path('summary.json'))})
-    if storage.exists(path(sweep.CHOICE_FILE)):
-      choices.append({'rung': rung, **storage.read_json(path(sweep.CHOICE_FILE))})
-    for r in storage.read_jsonl(path('layer_metrics.jsonl')):
+  for rung, files in rungs.items():
+    configs.append({'rung': rung, **flatten(files['config.json'])})
+    if 'summary.json' in files:
+      summaries.append({'rung': rung, **files['summary.json']})
+    if sweep.CHOICE_FILE in files:
+      choices.append({'rung': rung, **files[sweep.CHOICE_FILE]})
+    for r in files.get('layer_metrics.jsonl', []):
       layers.extend({'rung': rung, 'step': r['step'], 'metric': k, 'layer': l + 1, 'value': v}
                     for k, vs in r.items() if k != 'step' for l, v in enumerate(vs))
     for log in SCALAR_LOGS:
       scalars.extend({'rung': rung, 'step': r['step'], 'tag': k, 'value': v}
-                     for r in storage.read_jsonl(path(log)) for k, v in r.items() if k != 'step')
+                     for r in files.get(log, []) for k, v in r.items() if k != 'step')
   frame = lambda rows, cols: pd.DataFrame(rows, columns=None if rows else cols)
   configs, summaries = frame(configs, ['rung']), frame(summaries, ['rung'])
   summaries['flops'] = scaling.rung_flops(configs, summaries)

@@ -9,6 +9,7 @@ import matplotlib
 import matplotlib.ticker
 from matplotlib.figure import Figure
 import numpy as np
+import pandas as pd
 
 from depthscale import storage
 
@@ -117,6 +118,26 @@ def loss_vs_flops_figure(curves: dict[str, tuple[list[float], list[float]]]) -> 
   ax.set_xscale('log')
   ax.set(xlabel='training FLOPs', ylabel='final eval loss', title='loss vs training compute')
   legend(ax, 7)
+  fig.tight_layout()
+  return fig
+
+
+def loss_vs_lr_figure(points: pd.DataFrame, chosen: dict[str, float]) -> Figure:
+  """A learning-rate sweep: final eval loss vs rate per variant (Results.rate_points), every
+  seed a point, the mean over seeds at each rate a line, the chosen rate a ring; log x."""
+  fig = Figure(figsize=(5.5, 3.8))
+  ax = fig.subplots()
+  for i, (name, g) in enumerate(points.groupby('variant', sort=True)):
+    color = f'C{i % 10}'
+    ax.plot(g.lr, g.loss, marker='o', ls='none', ms=3, alpha=0.6, color=color)
+    means = g.groupby('lr').loss.mean()
+    ax.plot(means.index, means.values, color=color, label=name)
+    if name in chosen:
+      ax.plot([chosen[name]], [means[chosen[name]]], marker='o', ms=11, mfc='none', color=color)
+  ax.set_xscale('log')
+  ax.set(xlabel='learning rate', ylabel='final eval loss',
+         title='learning-rate sweep (ring: the chosen rate)')
+  legend(ax, 6)
   fig.tight_layout()
   return fig
 
