@@ -174,7 +174,7 @@ LAYERDROP = 'Fan et al. 2019 (LayerDrop)'
 LAYERSKIP = 'Elhoushi et al. 2024 (LayerSkip)'
 HC = 'Zhu et al. 2024, arXiv 2409.19606'
 ATTNRES = 'Kimi 2026, arXiv 2603.15031'
-DENSEFORMER = 'Pagliardini et al. 2024 (DenseFormer)'
+DENSEFORMER = 'Pagliardini et al. 2024 (DenseFormer), arXiv 2402.02622'
 HYBRID = 'Zhuo et al. 2025 (HybridNorm), arXiv 2503.04598'
 SCALENORM = 'Nguyen & Salazar 2019'
 GROMOV = 'Gromov et al. 2024, arXiv 2403.17887'
@@ -192,8 +192,14 @@ XIONG_NO_WARMUP = ('IWSLT14 De-En Transformer, Adam, no warmup: Post-LN BLEU 8.4
 XIONG_WARMUP = ('IWSLT14 De-En Transformer, Adam: Post-LN BLEU 8.45 without warmup vs ~34 with 4,000 '
                 'warmup steps (31.16 / 2.77 with 500 steps at lr 5e-4 / 1e-3); no loss number, curves '
                 'only (Section 3.2, Figure 2)')
-DEEPNET_PRE = ('WMT-17 En-De, 100L-100L: DeepNet BLEU 28.9 vs Pre-LN 27.4, +1.5 BLEU; no loss number '
-               '(Table 1, an image: read from a secondary summary)')
+# DeepNet's Table 1 is an image in every copy found; its Section 5.1 text (read in a bilingual
+# copy of the paper) gives the numbers below, and no Pre-LN BLEU at a given depth
+DEEPNET_PRE = ('WMT-17 En-De, base size: DeepNet reaches BLEU 28.9 at 100L-100L and outperforms all '
+               'Pre-LN baselines; the Pre-LN BLEU per depth (Table 1, an image) not read; no loss number '
+               '(Section 5.1 text)')
+DEEPNET_POST = ('WMT-17 En-De, base size: Pre-LN is 0.5-1.0 BLEU below the converged Post-LN models; '
+                'Post-LN diverges at 50L-50L and deeper; no loss number (Section 5.1 text; Table 1, an '
+                'image, not read)')
 MIXLN_PRE = ('LLaMA-1B, 5B tokens (C4): Mix-LN ppl 18.18 vs Pre-LN 18.65, -2.5% ppl, loss gap -0.026 '
              '(Table 1, v1)')
 MIXLN_POST = ('LLaMA-130M, 2.2B tokens (C4): Mix-LN ppl 26.07 vs Post-LN 26.95, -3.3% ppl, loss gap '
@@ -208,6 +214,24 @@ DERF_DYT = 'GPT-2 124M, OpenWebText: val loss Derf 2.94 vs DyT 2.97, gap -0.03 (
 ATTNRES_REPORTED = ('Block AttnRes reaches the loss of a baseline with 1.25x its compute (scaling-law '
                     'fit); Kimi Linear 48B (3B active), 1.4T tokens: MMLU 74.6 vs 73.5; no loss number '
                     'read (official README; the paper\'s tables not read)')
+KEEL_REPORTED = ('no loss or perplexity number: loss only as curves (Figures 5, 8; at peak rate 1.5e-3 '
+                 'Pre-LN\'s training loss is slightly lower than Keel\'s); 512L d1024 (3B), 1T tokens: '
+                 'benchmark average Keel 62.5 vs Pre-LN 58.7 (Table 6); 256L (3B), FineWeb-Edu 40B '
+                 'tokens: 68.2 vs 66.7 (Table 4) (arXiv 2601.19895 v2)')
+DENSEFORMER_REPORTED = ('48 blocks, 378M params, OpenWebText2, 40k steps x 400 x 256 tokens (4.1B): ppl '
+                        'DenseFormer 17.84 vs Transformer 18.61, -4.1% ppl, loss gap -0.042; 72 blocks: '
+                        '17.12 vs 17.82, loss gap -0.040 (Table 1, 3 seeds)')
+LAYERDROP_REPORTED = ('WikiText-103 (100M tokens), 16-layer 247M adaptive-input Transformer, LayerDrop p '
+                      '0.2: test ppl 18.3 vs 18.7, -2.1% ppl, loss gap -0.022 (Table 2)')
+SUBLN_REPORTED = ('no loss number: causal LM (GPT-3 Medium 350M config at 24L, 500K steps; 48L, 72L) '
+                  'reported as zero-shot and few-shot accuracy (Tables 1-3, images, not read); in the text: '
+                  'BERT-base MLM, 125K steps: GLUE +0.6 on average over Post-LN and Pre-LN (Section 4.2); '
+                  'OPUS-100 18L-18L: +0.5 BLEU over Pre-LN, +0.6 over NormFormer (Section 4.3) (arXiv '
+                  '2210.06423, read in a bilingual copy)')
+RELAXED_REPORTED = ('recursive Gemma 1B (from Gemma 2B): up to +13.5 few-shot accuracy over a Gemma 1B '
+                    'pretrained from scratch; with distillation, 60B uptraining tokens, on par with the '
+                    'full Gemma 2B (Section 1); the relaxed-vs-recursive gap (Section 3) not read; no loss '
+                    'number read')
 C = Claim
 CLAIMS: tuple[Claim, ...] = (
     # the notebooks' papers: placements, warmup, depth
@@ -221,8 +245,7 @@ CLAIMS: tuple[Claim, ...] = (
       XIONG_WARMUP, SURVEY,
       Below('post_ln', 'post_ln_no_warmup')),
     C('Post-LN', DEEPNET, 'trained stably (each at its best rate), Post-LN ends below Pre-LN',
-      'WMT-17 En-De: Post-LN diverges at 50L-50L and deeper; its BLEU against Pre-LN at a depth '
-      'where it trains not read here (Table 1 is an image); no loss number', SURVEY,
+      DEEPNET_POST, SURVEY,
       Below('post_ln', 'pre_ln')),
     C('DeepNorm', DEEPNET, 'DeepNorm trains where Post-LN does not',
       '200 layers, 3.2B params: +5 BLEU over a 48-layer 12B model; trains 1,000 layers',
@@ -230,9 +253,9 @@ CLAIMS: tuple[Claim, ...] = (
     C('DeepNorm', DEEPNET, 'DeepNorm keeps Post-LN\'s performance: below Pre-LN at each one\'s best rate',
       DEEPNET_PRE, SURVEY, Below('deepnorm', 'pre_ln')),
     C('Keel', 'Chen & Wei 2026 (Post-LayerNorm Is Back)', 'Keel improves perplexity over Pre-LN',
-      'beyond 1,000 layers; ' + NO_NUMBER, 'repro_pre_vs_post_ln', Below('keel', 'pre_ln')),
+      KEEL_REPORTED, 'repro_pre_vs_post_ln', Below('keel', 'pre_ln')),
     C('Keel', 'Chen & Wei 2026 (Post-LayerNorm Is Back)', 'Keel improves perplexity over Pre-LN' + BEST,
-      'beyond 1,000 layers; ' + NO_NUMBER, SURVEY, Below('keel', 'pre_ln')),
+      KEEL_REPORTED, SURVEY, Below('keel', 'pre_ln')),
     C('Mix-LN', MIXLN, 'Mix-LN outperforms Post-LN', MIXLN_POST,
       'repro_pre_vs_post_ln', Below('mix_ln', 'post_ln')),
     C('Mix-LN', MIXLN, 'Mix-LN outperforms Pre-LN', MIXLN_PRE,
@@ -264,9 +287,9 @@ CLAIMS: tuple[Claim, ...] = (
       'repro_training_dynamics', Below('prores', 'pre_ln')),
     C('ProRes', PRORES, 'progressive residual warmup lowers the final loss' + BEST, NO_NUMBER,
       SURVEY, Below('prores', 'pre_ln')),
-    C('LayerDrop', LAYERDROP, 'LayerDrop regularizes: lower final loss', NO_NUMBER,
+    C('LayerDrop', LAYERDROP, 'LayerDrop regularizes: lower final loss', LAYERDROP_REPORTED,
       'repro_training_dynamics', Below('layerdrop', 'pre_ln')),
-    C('LayerDrop', LAYERDROP, 'LayerDrop regularizes: lower final loss' + BEST, NO_NUMBER,
+    C('LayerDrop', LAYERDROP, 'LayerDrop regularizes: lower final loss' + BEST, LAYERDROP_REPORTED,
       SURVEY, Below('layerdrop', 'pre_ln')),
     C('LayerSkip', LAYERSKIP, 'layer dropout plus early-exit loss makes early exits accurate',
       'Llama models; self-speculative decoding up to 2.16x faster', SURVEY,
@@ -285,9 +308,9 @@ CLAIMS: tuple[Claim, ...] = (
     C('AttnRes / Block AttnRes', ATTNRES, 'attention over earlier layers beats the fixed residual sum' + BEST,
       ATTNRES_REPORTED, SURVEY, Below('attn_res', 'pre_ln')),
     C('DenseFormer (DWA)', DENSEFORMER, 'depth-weighted averages of past block outputs lower the loss',
-      NO_NUMBER, 'repro_width_depth_ladder', Below('denseformer_d64_L8', 'pre_ln_d64_L8')),
+      DENSEFORMER_REPORTED, 'repro_width_depth_ladder', Below('denseformer_d64_L8', 'pre_ln_d64_L8')),
     C('DenseFormer (DWA)', DENSEFORMER,
-      'depth-weighted averages of past block outputs lower the loss' + BEST, NO_NUMBER, SURVEY,
+      'depth-weighted averages of past block outputs lower the loss' + BEST, DENSEFORMER_REPORTED, SURVEY,
       Below('denseformer', 'pre_ln')),
     *(C('depth-muP', 'Yang et al. 2023 (Tensor Programs VI)', 'the optimal learning rate transfers across depth',
         NO_NUMBER, e, Transfers('depth_mup')) for e in TRANSFERS),
@@ -305,7 +328,7 @@ CLAIMS: tuple[Claim, ...] = (
     C('Sandwich-LN', 'Ding et al. 2021 (CogView)', 'sandwich norms stabilize training', NO_NUMBER,
       SURVEY, NotAbove('sandwich_ln', 'pre_ln')),
     C('Sub-LN (Magneto)', 'Wang et al. 2022 (Foundation Transformers)', 'Sub-LN performs better than the usual placements',
-      NO_NUMBER, SURVEY, Below('sub_ln', 'pre_ln')),
+      SUBLN_REPORTED, SURVEY, Below('sub_ln', 'pre_ln')),
     C('NormFormer', 'Shleifer et al. 2021 (NormFormer)', 'extra norms improve Pre-LN pre-training perplexity',
       '1.3B: equal perplexity 24% faster, 0.27 lower perplexity at equal compute',
       SURVEY, Below('normformer', 'pre_ln')),
@@ -417,7 +440,7 @@ CLAIMS: tuple[Claim, ...] = (
     C('Recurrence (layer tying, Universal-Transformer depth)', 'Dehghani et al. 2018, arXiv 1807.03819',
       'a looped block matches a deeper unique stack', NO_NUMBER, SURVEY, NotAbove('loop', 'pre_ln')),
     C('Relaxed Recursive Transformer', 'Bae et al. 2024, arXiv 2410.20672',
-      'per-loop LoRA improves a looped model', 'recursive Gemma 1B; ' + NO_NUMBER, SURVEY,
+      'per-loop LoRA improves a looped model', RELAXED_REPORTED, SURVEY,
       Below('relaxed_loop', 'loop')),
 )
 
