@@ -235,6 +235,25 @@ RELAXED_REPORTED = ('recursive Gemma 1B (from Gemma 2B): up to +13.5 few-shot ac
 MHC_REPORTED = ('27B MoE (4.14B active, 30 layers, n 4), 262B tokens: final training loss 0.021 below '
                 'the residual baseline, gap -0.021 (Section 5.2, Figure 5a; sizes and tokens Table 5); '
                 'BBH 51.0 vs 43.8, MMLU 63.4 vs 59.0 (Table 4)')
+PERILN_REPORTED = ('400M, 1.5B, 3.2B, 30B DCLM tokens: benchmark average Peri-LN 51.57 vs Pre-LN 49.69 '
+                   '(400M), 56.55 vs 53.71 (1.5B), 58.56 vs 56.69 (3.2B); Pre-LN diverges on some seeds; no '
+                   'loss number read (read in a secondary summary; the paper\'s full text not found)')
+PRIMER_REPORTED = ('squared ReLU alone: Synthesizer (145M, C4) + squared ReLU reaches the baseline\'s final '
+                   'quality 1.74x faster at 525K steps, 1.96x at 1M (one summary; another gives 2.0x and 0.7 '
+                   'lower ppl, Figure 9 / Table 5); at 110M on C4 squared ReLU has the lowest perplexity of '
+                   'ReLU, GELU, Swish, ReGLU, SwiGLU, as a bar chart (Figure 5); no loss number (read in two '
+                   'secondary summaries; the paper\'s full text not found)')
+GROMOV_REPORTED = ('Llama-2 7B-70B, Qwen, Mistral-7B, Phi-2, healed by QLoRA on 164M or 328M C4 tokens: 5-shot '
+                   'MMLU stays near the unpruned score until 45%-55% of the layers are removed (Llama-2), 35% '
+                   '(Mistral-7B), 25% (Phi-2), 20% (Qwen) (Section 4.1, Figure 2); C4 validation loss after '
+                   'healing rises slowly and linearly with the fraction removed, curves only (Section 4.2, '
+                   'Figure 3): no loss number')
+COMPLETEP_REPORTED = ('1.5B non-embedding params, 20 tokens per parameter (SlimPajama): CompleteP saves 11.8% '
+                      'of the FLOPs of muP at the best width:depth ratio and 34.4% at 179 layers; optimal rate '
+                      'and init stable from L 2 to 128 at 300M tokens (loss contours); no loss number read (read '
+                      'in two secondary summaries; the paper\'s full text not found)')
+UT_REPORTED = ('WMT14 En-De, same parameter count: UT base BLEU 28.9 vs Transformer base 28.0 (Table 7); '
+               'LAMBADA LM, control set: UT base 6 steps ppl 131 vs Transformer 142, loss gap -0.081 (Table 3)')
 C = Claim
 CLAIMS: tuple[Claim, ...] = (
     # the notebooks' papers: placements, warmup, depth
@@ -324,10 +343,10 @@ CLAIMS: tuple[Claim, ...] = (
       '10 architectures at fixed size; ' + NO_NUMBER, 'repro_width_depth_ladder',
       NotAbove('pre_ln_d128_L2', 'pre_ln_d32_L32')),
     *(C('CompleteP', 'Dey et al. 2025 (CompleteP)', 'alpha = 1 transfers hyperparameters across depth and trains deep models compute-efficiently',
-        NO_NUMBER, e, Transfers('completep')) for e in TRANSFERS),
+        COMPLETEP_REPORTED, e, Transfers('completep')) for e in TRANSFERS),
     # every other method of docs/methods.md, measured by the survey
     C('Peri-LN', 'Kim et al. 2025 (Peri-LN)', 'Peri-LN balances variance growth and trains better than Pre-LN',
-      'up to 3.2B params; ' + NO_NUMBER, SURVEY, Below('peri_ln', 'pre_ln')),
+      PERILN_REPORTED, SURVEY, Below('peri_ln', 'pre_ln')),
     C('Sandwich-LN', 'Ding et al. 2021 (CogView)', 'sandwich norms stabilize training', NO_NUMBER,
       SURVEY, NotAbove('sandwich_ln', 'pre_ln')),
     C('Sub-LN (Magneto)', 'Wang et al. 2022 (Foundation Transformers)', 'Sub-LN performs better than the usual placements',
@@ -382,7 +401,7 @@ CLAIMS: tuple[Claim, ...] = (
     C('ReLU', 'Jha & Reagen 2024, arXiv 2410.09637', 'without LayerNorm, ReLU beats GELU',
       '8.2% perplexity improvement', SURVEY, Below('no_norm_relu', 'no_norm')),
     C('squared ReLU', 'So et al. 2021 (Primer), arXiv 2109.08668', 'squared ReLU improves language modelling',
-      NO_NUMBER, SURVEY, Below('relu2', 'pre_ln')),
+      PRIMER_REPORTED, SURVEY, Below('relu2', 'pre_ln')),
     C('SwiGLU', 'Shazeer 2020, arXiv 2002.05202', 'gated MLPs improve perplexity',
       'T5-base (12+12 layers, d 768), C4, 524,288 steps: held-out log-perplexity SwiGLU 1.636 vs '
       'GELU 1.679, gap -0.043 (Table 1)', SURVEY,
@@ -431,9 +450,9 @@ CLAIMS: tuple[Claim, ...] = (
       SURVEY, Below('moda', 'pre_ln')),
     # procedures on trained models (experiments/posthoc.py, one seed: rows show the numbers)
     C('Layer pruning with healing', GROMOV, 'deep layers can be pruned with little loss after healing (2 of 8)',
-      NO_NUMBER, 'posthoc', Reference('prune_n2', 'prune_n0')),
+      GROMOV_REPORTED, 'posthoc', Reference('prune_n2', 'prune_n0')),
     C('Layer pruning with healing', GROMOV, 'deep layers can be pruned with little loss after healing (4 of 8)',
-      NO_NUMBER, 'posthoc', Reference('prune_n4', 'prune_n0')),
+      GROMOV_REPORTED, 'posthoc', Reference('prune_n4', 'prune_n0')),
     C('Removing the norms by fine-tuning', 'Heimersheim 2024, arXiv 2409.13710',
       'LayerNorm can be removed from GPT-2 by fine-tuning', 'GPT-2 small: +0.05 cross-entropy after 500M tokens',
       'posthoc', Reference('ln_free', 'L8')),
@@ -441,7 +460,7 @@ CLAIMS: tuple[Claim, ...] = (
       'second-half layers contribute little (so: half the depth loses little)', NO_NUMBER, 'posthoc',
       Reference('L4', 'L8')),
     C('Recurrence (layer tying, Universal-Transformer depth)', 'Dehghani et al. 2018, arXiv 1807.03819',
-      'a looped block matches a deeper unique stack', NO_NUMBER, SURVEY, NotAbove('loop', 'pre_ln')),
+      'a looped block matches a deeper unique stack', UT_REPORTED, SURVEY, NotAbove('loop', 'pre_ln')),
     C('Relaxed Recursive Transformer', 'Bae et al. 2024, arXiv 2410.20672',
       'per-loop LoRA improves a looped model', RELAXED_REPORTED, SURVEY,
       Below('relaxed_loop', 'loop')),
