@@ -234,12 +234,12 @@ OSP = 'Park et al. 2025 (OSP)'
 TLM = 'Bayat, Behrouz & Courville 2026, arXiv 2606.23670'
 DYT = 'Zhu et al. 2025, arXiv 2503.10622'
 DERF = 'Chen et al. 2025 (Derf), arXiv 2512.10938'
-PRORES = 'Chen et al. 2026 (ProRes)'
+PRORES = 'Chen et al. 2026 (ProRes), arXiv 2603.05369'
 LAYERDROP = 'Fan et al. 2019 (LayerDrop)'
 LAYERSKIP = 'Elhoushi et al. 2024 (LayerSkip)'
 HC = 'Zhu et al. 2024, arXiv 2409.19606'
 ATTNRES = 'Kimi 2026, arXiv 2603.15031'
-DENSEFORMER = 'Pagliardini et al. 2024 (DenseFormer)'
+DENSEFORMER = 'Pagliardini et al. 2024 (DenseFormer), arXiv 2402.02622'
 HYBRID = 'Zhuo et al. 2025 (HybridNorm), arXiv 2503.04598'
 SCALENORM = 'Nguyen & Salazar 2019'
 GROMOV = 'Gromov et al. 2024, arXiv 2403.17887'
@@ -257,8 +257,14 @@ XIONG_NO_WARMUP = ('IWSLT14 De-En Transformer, Adam, no warmup: Post-LN BLEU 8.4
 XIONG_WARMUP = ('IWSLT14 De-En Transformer, Adam: Post-LN BLEU 8.45 without warmup vs ~34 with 4,000 '
                 'warmup steps (31.16 / 2.77 with 500 steps at lr 5e-4 / 1e-3); no loss number, curves '
                 'only (Section 3.2, Figure 2)')
-DEEPNET_PRE = ('WMT-17 En-De, 100L-100L: DeepNet BLEU 28.9 vs Pre-LN 27.4, +1.5 BLEU; no loss number '
-               '(Table 1, an image: read from a secondary summary)')
+# DeepNet's Table 1 is an image in every copy found; its Section 5.1 text (read in a bilingual
+# copy of the paper) gives the numbers below, and no Pre-LN BLEU at a given depth
+DEEPNET_PRE = ('WMT-17 En-De, base size: DeepNet reaches BLEU 28.9 at 100L-100L and outperforms all '
+               'Pre-LN baselines; the Pre-LN BLEU per depth (Table 1, an image) not read; no loss number '
+               '(Section 5.1 text)')
+DEEPNET_POST = ('WMT-17 En-De, base size: Pre-LN is 0.5-1.0 BLEU below the converged Post-LN models; '
+                'Post-LN diverges at 50L-50L and deeper; no loss number (Section 5.1 text; Table 1, an '
+                'image, not read)')
 MIXLN_PRE = ('LLaMA-1B, 5B tokens (C4): Mix-LN ppl 18.18 vs Pre-LN 18.65, -2.5% ppl, loss gap -0.026 '
              '(Table 1, v1)')
 MIXLN_POST = ('LLaMA-130M, 2.2B tokens (C4): Mix-LN ppl 26.07 vs Post-LN 26.95, -3.3% ppl, loss gap '
@@ -273,6 +279,61 @@ DERF_DYT = 'GPT-2 124M, OpenWebText: val loss Derf 2.94 vs DyT 2.97, gap -0.03 (
 ATTNRES_REPORTED = ('Block AttnRes reaches the loss of a baseline with 1.25x its compute (scaling-law '
                     'fit); Kimi Linear 48B (3B active), 1.4T tokens: MMLU 74.6 vs 73.5; no loss number '
                     'read (official README; the paper\'s tables not read)')
+KEEL_REPORTED = ('no loss or perplexity number: loss only as curves (Figures 5, 8; at peak rate 1.5e-3 '
+                 'Pre-LN\'s training loss is slightly lower than Keel\'s); 512L d1024 (3B), 1T tokens: '
+                 'benchmark average Keel 62.5 vs Pre-LN 58.7 (Table 6); 256L (3B), FineWeb-Edu 40B '
+                 'tokens: 68.2 vs 66.7 (Table 4) (arXiv 2601.19895 v2)')
+DENSEFORMER_REPORTED = ('48 blocks, 378M params, OpenWebText2, 40k steps x 400 x 256 tokens (4.1B): ppl '
+                        'DenseFormer 17.84 vs Transformer 18.61, -4.1% ppl, loss gap -0.042; 72 blocks: '
+                        '17.12 vs 17.82, loss gap -0.040 (Table 1, 3 seeds)')
+LAYERDROP_REPORTED = ('WikiText-103 (100M tokens), 16-layer 247M adaptive-input Transformer, LayerDrop p '
+                      '0.2: test ppl 18.3 vs 18.7, -2.1% ppl, loss gap -0.022 (Table 2)')
+SUBLN_REPORTED = ('no loss number: causal LM (GPT-3 Medium 350M config at 24L, 500K steps; 48L, 72L) '
+                  'reported as zero-shot and few-shot accuracy (Tables 1-3, images, not read); in the text: '
+                  'BERT-base MLM, 125K steps: GLUE +0.6 on average over Post-LN and Pre-LN (Section 4.2); '
+                  'OPUS-100 18L-18L: +0.5 BLEU over Pre-LN, +0.6 over NormFormer (Section 4.3) (arXiv '
+                  '2210.06423, read in a bilingual copy)')
+RELAXED_REPORTED = ('recursive Gemma 1B (from Gemma 2B): up to +13.5 few-shot accuracy over a Gemma 1B '
+                    'pretrained from scratch; with distillation, 60B uptraining tokens, on par with the '
+                    'full Gemma 2B (Section 1); the relaxed-vs-recursive gap (Section 3) not read; no loss '
+                    'number read')
+MHC_REPORTED = ('27B MoE (4.14B active, 30 layers, n 4), 262B tokens: final training loss 0.021 below '
+                'the residual baseline, gap -0.021 (Section 5.2, Figure 5a; sizes and tokens Table 5); '
+                'BBH 51.0 vs 43.8, MMLU 63.4 vs 59.0 (Table 4)')
+PERILN_REPORTED = ('400M, 1.5B, 3.2B, 30B DCLM tokens: benchmark average Peri-LN 51.57 vs Pre-LN 49.69 '
+                   '(400M), 56.55 vs 53.71 (1.5B), 58.56 vs 56.69 (3.2B); Pre-LN diverges on some seeds; no '
+                   'loss number read (read in a secondary summary; the paper\'s full text not found)')
+PRIMER_REPORTED = ('squared ReLU alone: Synthesizer (145M, C4) + squared ReLU reaches the baseline\'s final '
+                   'quality 1.74x faster at 525K steps, 1.96x at 1M (one summary; another gives 2.0x and 0.7 '
+                   'lower ppl, Figure 9 / Table 5); at 110M on C4 squared ReLU has the lowest perplexity of '
+                   'ReLU, GELU, Swish, ReGLU, SwiGLU, as a bar chart (Figure 5); no loss number (read in two '
+                   'secondary summaries; the paper\'s full text not found)')
+GROMOV_REPORTED = ('Llama-2 7B-70B, Qwen, Mistral-7B, Phi-2, healed by QLoRA on 164M or 328M C4 tokens: 5-shot '
+                   'MMLU stays near the unpruned score until 45%-55% of the layers are removed (Llama-2), 35% '
+                   '(Mistral-7B), 25% (Phi-2), 20% (Qwen) (Section 4.1, Figure 2); C4 validation loss after '
+                   'healing rises slowly and linearly with the fraction removed, curves only (Section 4.2, '
+                   'Figure 3): no loss number')
+COMPLETEP_REPORTED = ('1.5B non-embedding params, 20 tokens per parameter (SlimPajama): CompleteP saves 11.8% '
+                      'of the FLOPs of muP at the best width:depth ratio and 34.4% at 179 layers; optimal rate '
+                      'and init stable from L 2 to 128 at 300M tokens (loss contours); no loss number read (read '
+                      'in two secondary summaries; the paper\'s full text not found)')
+UT_REPORTED = ('WMT14 En-De, same parameter count: UT base BLEU 28.9 vs Transformer base 28.0 (Table 7); '
+               'LAMBADA LM, control set: UT base 6 steps ppl 131 vs Transformer 142, loss gap -0.081 (Table 3)')
+PRORES_REPORTED = ('Pre-LN 1.3B, 50B C4 tokens: ppl ProRes 9.86 vs 10.32, -4.5% ppl, loss gap -0.046 (350M: '
+                   '11.74 vs 12.36, gap -0.052; 130M: 14.30 vs 14.67, gap -0.026) (Table 2); 350M, 6B tokens, '
+                   'linear schedule over 24k steps: 14.43 vs 15.21, gap -0.053 (Table 6); depth 12-120 layers '
+                   'as curves only (Figure 1) (arXiv 2603.05369 v1)')
+MODA_REPORTED = ('1.5B, 400B tokens, against OLMo2-1.5B: C4 ppl MoDA 15.97 vs 16.16, -1.2% ppl, loss gap '
+                 '-0.012 (mean of 10 validation sets 13.47 vs 13.67, gap -0.015); 700M: C4 18.29 vs 18.32, gap '
+                 '-0.002; downstream average 64.39 vs 62.28 (official README tables)')
+LLR_REPORTED = ('LLaMA 1B on FineWeb: validation ppl LLR 9.59 vs uniform rate 9.77, -1.8% ppl, loss gap -0.019 '
+                '(350M: 12.71 vs 12.96, gap -0.019; 135M: 17.03 vs 17.86, gap -0.048; 60M: 20.30 vs 21.94, gap '
+                '-0.078); tokens per size not given there (abstract: up to 100B); 1B zero-shot average 49.02 vs '
+                '47.09 (official README tables)')
+QKSLOW_REPORTED = ('270M, 3 seeds: upper-half W_Q/W_K rate x0.25 for ~4% of training, then annealed back: ppl '
+                   '0.497 +- 0.079 lower, 13.2% fewer tokens to reach the control\'s final loss; also run at '
+                   '0.7B; absolute ppl not read, so no loss gap (read in a secondary summary; the paper\'s full '
+                   'text not found)')
 C = Claim
 CLAIMS: tuple[Claim, ...] = (
     # the notebooks' papers: placements, warmup, depth
@@ -286,8 +347,7 @@ CLAIMS: tuple[Claim, ...] = (
       XIONG_WARMUP, SURVEY,
       Below('post_ln', 'post_ln_no_warmup')),
     C('Post-LN', DEEPNET, 'trained stably (each at its best rate), Post-LN ends below Pre-LN',
-      'WMT-17 En-De: Post-LN diverges at 50L-50L and deeper; its BLEU against Pre-LN at a depth '
-      'where it trains not read here (Table 1 is an image); no loss number', SURVEY,
+      DEEPNET_POST, SURVEY,
       Below('post_ln', 'pre_ln')),
     C('DeepNorm', DEEPNET, 'DeepNorm trains where Post-LN does not',
       '200 layers, 3.2B params: +5 BLEU over a 48-layer 12B model; trains 1,000 layers',
@@ -295,9 +355,9 @@ CLAIMS: tuple[Claim, ...] = (
     C('DeepNorm', DEEPNET, 'DeepNorm keeps Post-LN\'s performance: below Pre-LN at each one\'s best rate',
       DEEPNET_PRE, SURVEY, Below('deepnorm', 'pre_ln')),
     C('Keel', 'Chen & Wei 2026 (Post-LayerNorm Is Back)', 'Keel improves perplexity over Pre-LN',
-      'beyond 1,000 layers; ' + NO_NUMBER, 'repro_pre_vs_post_ln', Below('keel', 'pre_ln')),
+      KEEL_REPORTED, 'repro_pre_vs_post_ln', Below('keel', 'pre_ln')),
     C('Keel', 'Chen & Wei 2026 (Post-LayerNorm Is Back)', 'Keel improves perplexity over Pre-LN' + BEST,
-      'beyond 1,000 layers; ' + NO_NUMBER, SURVEY, Below('keel', 'pre_ln')),
+      KEEL_REPORTED, SURVEY, Below('keel', 'pre_ln')),
     C('Mix-LN', MIXLN, 'Mix-LN outperforms Post-LN', MIXLN_POST,
       'repro_pre_vs_post_ln', Below('mix_ln', 'post_ln')),
     C('Mix-LN', MIXLN, 'Mix-LN outperforms Pre-LN', MIXLN_PRE,
@@ -325,13 +385,13 @@ CLAIMS: tuple[Claim, ...] = (
     C('DyT', 'DyT is regime-dependent (2026)', 'DyT helps at small token budgets, hurts at large',
       'GPT-2 64M: -27.3% val loss at 1M tokens, +18.8% at 118M', 'dyt_budget',
       Both(Below('dyt_small', 'ln_small'), Below('ln_large', 'dyt_large'))),
-    C('ProRes', PRORES, 'progressive residual warmup lowers the final loss', NO_NUMBER,
+    C('ProRes', PRORES, 'progressive residual warmup lowers the final loss', PRORES_REPORTED,
       'repro_training_dynamics', Below('prores', 'pre_ln')),
-    C('ProRes', PRORES, 'progressive residual warmup lowers the final loss' + BEST, NO_NUMBER,
+    C('ProRes', PRORES, 'progressive residual warmup lowers the final loss' + BEST, PRORES_REPORTED,
       SURVEY, Below('prores', 'pre_ln')),
-    C('LayerDrop', LAYERDROP, 'LayerDrop regularizes: lower final loss', NO_NUMBER,
+    C('LayerDrop', LAYERDROP, 'LayerDrop regularizes: lower final loss', LAYERDROP_REPORTED,
       'repro_training_dynamics', Below('layerdrop', 'pre_ln')),
-    C('LayerDrop', LAYERDROP, 'LayerDrop regularizes: lower final loss' + BEST, NO_NUMBER,
+    C('LayerDrop', LAYERDROP, 'LayerDrop regularizes: lower final loss' + BEST, LAYERDROP_REPORTED,
       SURVEY, Below('layerdrop', 'pre_ln')),
     C('LayerSkip', LAYERSKIP, 'layer dropout plus early-exit loss makes early exits accurate',
       'Llama models; self-speculative decoding up to 2.16x faster', SURVEY,
@@ -350,9 +410,9 @@ CLAIMS: tuple[Claim, ...] = (
     C('AttnRes / Block AttnRes', ATTNRES, 'attention over earlier layers beats the fixed residual sum' + BEST,
       ATTNRES_REPORTED, SURVEY, Below('attn_res', 'pre_ln')),
     C('DenseFormer (DWA)', DENSEFORMER, 'depth-weighted averages of past block outputs lower the loss',
-      NO_NUMBER, 'repro_width_depth_ladder', Below('denseformer_d64_L8', 'pre_ln_d64_L8')),
+      DENSEFORMER_REPORTED, 'repro_width_depth_ladder', Below('denseformer_d64_L8', 'pre_ln_d64_L8')),
     C('DenseFormer (DWA)', DENSEFORMER,
-      'depth-weighted averages of past block outputs lower the loss' + BEST, NO_NUMBER, SURVEY,
+      'depth-weighted averages of past block outputs lower the loss' + BEST, DENSEFORMER_REPORTED, SURVEY,
       Below('denseformer', 'pre_ln')),
     *(C('depth-muP', 'Yang et al. 2023 (Tensor Programs VI)', 'the optimal learning rate transfers across depth',
         NO_NUMBER, e, Transfers('depth_mup')) for e in TRANSFERS),
@@ -363,14 +423,14 @@ CLAIMS: tuple[Claim, ...] = (
       '10 architectures at fixed size; ' + NO_NUMBER, 'repro_width_depth_ladder',
       NotAbove('pre_ln_d128_L2', 'pre_ln_d32_L32')),
     *(C('CompleteP', 'Dey et al. 2025 (CompleteP)', 'alpha = 1 transfers hyperparameters across depth and trains deep models compute-efficiently',
-        NO_NUMBER, e, Transfers('completep')) for e in TRANSFERS),
+        COMPLETEP_REPORTED, e, Transfers('completep')) for e in TRANSFERS),
     # every other method of docs/methods.md, measured by the survey
     C('Peri-LN', 'Kim et al. 2025 (Peri-LN)', 'Peri-LN balances variance growth and trains better than Pre-LN',
-      'up to 3.2B params; ' + NO_NUMBER, SURVEY, Below('peri_ln', 'pre_ln')),
+      PERILN_REPORTED, SURVEY, Below('peri_ln', 'pre_ln')),
     C('Sandwich-LN', 'Ding et al. 2021 (CogView)', 'sandwich norms stabilize training', NO_NUMBER,
       SURVEY, NotAbove('sandwich_ln', 'pre_ln')),
     C('Sub-LN (Magneto)', 'Wang et al. 2022 (Foundation Transformers)', 'Sub-LN performs better than the usual placements',
-      NO_NUMBER, SURVEY, Below('sub_ln', 'pre_ln')),
+      SUBLN_REPORTED, SURVEY, Below('sub_ln', 'pre_ln')),
     C('NormFormer', 'Shleifer et al. 2021 (NormFormer)', 'extra norms improve Pre-LN pre-training perplexity',
       '1.3B: equal perplexity 24% faster, 0.27 lower perplexity at equal compute',
       SURVEY, Below('normformer', 'pre_ln')),
@@ -421,7 +481,7 @@ CLAIMS: tuple[Claim, ...] = (
     C('ReLU', 'Jha & Reagen 2024, arXiv 2410.09637', 'without LayerNorm, ReLU beats GELU',
       '8.2% perplexity improvement', SURVEY, Below('no_norm_relu', 'no_norm')),
     C('squared ReLU', 'So et al. 2021 (Primer), arXiv 2109.08668', 'squared ReLU improves language modelling',
-      NO_NUMBER, SURVEY, Below('relu2', 'pre_ln')),
+      PRIMER_REPORTED, SURVEY, Below('relu2', 'pre_ln')),
     C('SwiGLU', 'Shazeer 2020, arXiv 2002.05202', 'gated MLPs improve perplexity',
       'T5-base (12+12 layers, d 768), C4, 524,288 steps: held-out log-perplexity SwiGLU 1.636 vs '
       'GELU 1.679, gap -0.043 (Table 1)', SURVEY,
@@ -439,10 +499,10 @@ CLAIMS: tuple[Claim, ...] = (
       'see DeepNorm', SURVEY, Below('deepnorm', 'post_ln')),
     C('DeepScaleLM', 'Kedia et al. 2024 (DeepScaleLM)', 'deeper models with fewer parameters beat shallow ones',
       '100s of layers; ' + NO_NUMBER, SURVEY, Reference('deepscalelm', 'pre_ln')),
-    C('Q/K slow-down', 'arXiv 2605.10504', 'slowing upper-layer Q/K early improves final perplexity', NO_NUMBER,
+    C('Q/K slow-down', 'arXiv 2605.10504', 'slowing upper-layer Q/K early improves final perplexity', QKSLOW_REPORTED,
       SURVEY, Below('qk_slow', 'pre_ln')),
     C('LLR', 'arXiv 2605.22297', 'layer-wise rates from heavy-tailedness converge faster',
-      '60M to 3B params, up to 100B tokens; ' + NO_NUMBER, SURVEY, Below('llr', 'pre_ln')),
+      LLR_REPORTED, SURVEY, Below('llr', 'pre_ln')),
     C('AdamW', 'Loshchilov & Hutter 2019', 'reference optimizer', 'not a claim', SURVEY,
       Reference('pre_ln', 'muon')),
     C('Muon', 'Jordan et al. 2024; Park et al. 2025 (OSP)', 'Muon trains without outlier channels',
@@ -455,7 +515,7 @@ CLAIMS: tuple[Claim, ...] = (
     C('standard residual', 'He et al. 2016', 'reference residual', 'not a claim', SURVEY,
       Reference('pre_ln', 'no_norm')),
     C('mHC', 'Xie et al. 2025, arXiv 2512.24880', 'manifold-constrained hyper-connections train stably and better',
-      NO_NUMBER, SURVEY, Below('mhc', 'pre_ln')),
+      MHC_REPORTED, SURVEY, Below('mhc', 'pre_ln')),
     C('LAuReL RW / LR / PA / RW+LR', 'Menghani et al. 2025, arXiv 2411.07501',
       'a learned residual beats the standard one at almost no cost',
       'ResNet-50 ImageNet: 60% of the gain of an extra layer for 0.003% more params', SURVEY,
@@ -466,13 +526,13 @@ CLAIMS: tuple[Claim, ...] = (
       Below('resformer', 'pre_ln')),
     C('Parallel block', 'GPT-J, PaLM; GPT-NeoX', 'parallel attention and MLP match the serial block (GPT-J)',
       NO_NUMBER, SURVEY, NotAbove('parallel_gptj', 'pre_ln')),
-    C('MoDA', 'MoDA (hustvl), arXiv 2603.15619', 'attending to earlier layers lowers the loss', NO_NUMBER,
+    C('MoDA', 'MoDA (hustvl), arXiv 2603.15619', 'attending to earlier layers lowers the loss', MODA_REPORTED,
       SURVEY, Below('moda', 'pre_ln')),
     # procedures on trained models (experiments/posthoc.py, one seed: rows show the numbers)
     C('Layer pruning with healing', GROMOV, 'deep layers can be pruned with little loss after healing (2 of 8)',
-      NO_NUMBER, 'posthoc', Reference('prune_n2', 'prune_n0')),
+      GROMOV_REPORTED, 'posthoc', Reference('prune_n2', 'prune_n0')),
     C('Layer pruning with healing', GROMOV, 'deep layers can be pruned with little loss after healing (4 of 8)',
-      NO_NUMBER, 'posthoc', Reference('prune_n4', 'prune_n0')),
+      GROMOV_REPORTED, 'posthoc', Reference('prune_n4', 'prune_n0')),
     C('Removing the norms by fine-tuning', 'Heimersheim 2024, arXiv 2409.13710',
       'LayerNorm can be removed from GPT-2 by fine-tuning', 'GPT-2 small: +0.05 cross-entropy after 500M tokens',
       'posthoc', Reference('ln_free', 'L8')),
@@ -480,9 +540,9 @@ CLAIMS: tuple[Claim, ...] = (
       'second-half layers contribute little (so: half the depth loses little)', NO_NUMBER, 'posthoc',
       Reference('L4', 'L8')),
     C('Recurrence (layer tying, Universal-Transformer depth)', 'Dehghani et al. 2018, arXiv 1807.03819',
-      'a looped block matches a deeper unique stack', NO_NUMBER, SURVEY, NotAbove('loop', 'pre_ln')),
+      'a looped block matches a deeper unique stack', UT_REPORTED, SURVEY, NotAbove('loop', 'pre_ln')),
     C('Relaxed Recursive Transformer', 'Bae et al. 2024, arXiv 2410.20672',
-      'per-loop LoRA improves a looped model', 'recursive Gemma 1B; ' + NO_NUMBER, SURVEY,
+      'per-loop LoRA improves a looped model', RELAXED_REPORTED, SURVEY,
       Below('relaxed_loop', 'loop')),
     # rate sensitivity, from the survey's stage-1 sweeps (CompleteP's: the transfer rows)
     C('DeepNorm', DEEPNET, 'DeepNorm trains well over a wider range of learning rates than Post-LN',
