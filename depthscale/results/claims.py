@@ -31,6 +31,8 @@ CONTRADICTS, NOT_MEASURED = 'contradicts', 'not measured'
 MEASURED = 'measured, no verdict'
 VERDICTS = (REPRODUCES, NOT_AT_SIZE, CONTRADICTS, MEASURED, NOT_MEASURED)
 NO_NUMBER = 'no number found: full text not found or not read here'
+# numbers seen only in others' summaries of the paper are not quoted: they could not be checked
+SECONDARY = 'no number quoted: only secondary summaries were reached, not the paper'
 LOSS = 'final_eval_loss'
 AXES = {'L': 'depth', 'd': 'width'}  # Transfers.axis: the rung-name prefix of the size
 
@@ -300,23 +302,14 @@ RELAXED_REPORTED = ('recursive Gemma 1B (from Gemma 2B): up to +13.5 few-shot ac
 MHC_REPORTED = ('27B MoE (4.14B active, 30 layers, n 4), 262B tokens: final training loss 0.021 below '
                 'the residual baseline, gap -0.021 (Section 5.2, Figure 5a; sizes and tokens Table 5); '
                 'BBH 51.0 vs 43.8, MMLU 63.4 vs 59.0 (Table 4)')
-PERILN_REPORTED = ('400M, 1.5B, 3.2B, 30B DCLM tokens: benchmark average Peri-LN 51.57 vs Pre-LN 49.69 '
-                   '(400M), 56.55 vs 53.71 (1.5B), 58.56 vs 56.69 (3.2B); Pre-LN diverges on some seeds; no '
-                   'loss number read (read in a secondary summary; the paper\'s full text not found)')
-PRIMER_REPORTED = ('squared ReLU alone: Synthesizer (145M, C4) + squared ReLU reaches the baseline\'s final '
-                   'quality 1.74x faster at 525K steps, 1.96x at 1M (one summary; another gives 2.0x and 0.7 '
-                   'lower ppl, Figure 9 / Table 5); at 110M on C4 squared ReLU has the lowest perplexity of '
-                   'ReLU, GELU, Swish, ReGLU, SwiGLU, as a bar chart (Figure 5); no loss number (read in two '
-                   'secondary summaries; the paper\'s full text not found)')
+PERILN_REPORTED = SECONDARY
+PRIMER_REPORTED = SECONDARY
 GROMOV_REPORTED = ('Llama-2 7B-70B, Qwen, Mistral-7B, Phi-2, healed by QLoRA on 164M or 328M C4 tokens: 5-shot '
                    'MMLU stays near the unpruned score until 45%-55% of the layers are removed (Llama-2), 35% '
                    '(Mistral-7B), 25% (Phi-2), 20% (Qwen) (Section 4.1, Figure 2); C4 validation loss after '
                    'healing rises slowly and linearly with the fraction removed, curves only (Section 4.2, '
                    'Figure 3): no loss number')
-COMPLETEP_REPORTED = ('1.5B non-embedding params, 20 tokens per parameter (SlimPajama): CompleteP saves 11.8% '
-                      'of the FLOPs of muP at the best width:depth ratio and 34.4% at 179 layers; optimal rate '
-                      'and init stable from L 2 to 128 at 300M tokens (loss contours); no loss number read (read '
-                      'in two secondary summaries; the paper\'s full text not found)')
+COMPLETEP_REPORTED = SECONDARY
 UT_REPORTED = ('WMT14 En-De, same parameter count: UT base BLEU 28.9 vs Transformer base 28.0 (Table 7); '
                'LAMBADA LM, control set: UT base 6 steps ppl 131 vs Transformer 142, loss gap -0.081 (Table 3)')
 PRORES_REPORTED = ('Pre-LN 1.3B, 50B C4 tokens: ppl ProRes 9.86 vs 10.32, -4.5% ppl, loss gap -0.046 (350M: '
@@ -330,10 +323,7 @@ LLR_REPORTED = ('LLaMA 1B on FineWeb: validation ppl LLR 9.59 vs uniform rate 9.
                 '(350M: 12.71 vs 12.96, gap -0.019; 135M: 17.03 vs 17.86, gap -0.048; 60M: 20.30 vs 21.94, gap '
                 '-0.078); tokens per size not given there (abstract: up to 100B); 1B zero-shot average 49.02 vs '
                 '47.09 (official README tables)')
-QKSLOW_REPORTED = ('270M, 3 seeds: upper-half W_Q/W_K rate x0.25 for ~4% of training, then annealed back: ppl '
-                   '0.497 +- 0.079 lower, 13.2% fewer tokens to reach the control\'s final loss; also run at '
-                   '0.7B; absolute ppl not read, so no loss gap (read in a secondary summary; the paper\'s full '
-                   'text not found)')
+QKSLOW_REPORTED = SECONDARY
 C = Claim
 CLAIMS: tuple[Claim, ...] = (
     # the notebooks' papers: placements, warmup, depth
