@@ -324,6 +324,19 @@ LLR_REPORTED = ('LLaMA 1B on FineWeb: validation ppl LLR 9.59 vs uniform rate 9.
                 '-0.078); tokens per size not given there (abstract: up to 100B); 1B zero-shot average 49.02 vs '
                 '47.09 (official README tables)')
 QKSLOW_REPORTED = SECONDARY
+MUP_REPORTED = ('the optimal rate across width as curves only (Figure 1: Transformers on WikiText-2 at d 128 '
+                '-8192; Figure 3: MLP): no number; tuned on a 40M proxy (7% of pretraining compute), GPT-3 6.7B: '
+                'validation loss 1.98 vs 2.03 for a re-run with the original HPs, gap -0.05 (the re-run used '
+                'absolute attention and FP16) (Table 7); from a 13M proxy, BERT-large: test loss 1.683 vs '
+                'Megatron default 1.731, gap -0.048 (BERT-base 1.970 vs 1.995, gap -0.025) (Table 6) (arXiv '
+                '2203.03466 v2)')
+PARALLEL_REPORTED = ('PaLM (Section 2, Parallel Layers): ablations "showed a small quality degradation at 8B '
+                     'scale but no quality degradation at 62B scale", no number given; about 15% faster training '
+                     'at large scale; no loss number (GPT-J, GPT-NeoX: none read)')
+LAYERNORM_REPORTED = ('no Transformer or language-model loss number (recurrent models): DRAW, binarized MNIST, '
+                      '200 epochs: test NLL 82.09 vs 82.36 nats, gap -0.27 nats per image (Section 6.4); order '
+                      'embeddings reach their best validation model in 60% of the baseline\'s time (Section 6.1); '
+                      'attentive reader, handwriting: curves only (Figures 2, 5) (arXiv 1607.06450)')
 C = Claim
 CLAIMS: tuple[Claim, ...] = (
     # the notebooks' papers: placements, warmup, depth
@@ -447,7 +460,7 @@ CLAIMS: tuple[Claim, ...] = (
     C('LayerRoPE (interpretation)', 'LayerRoPE 2026', 'LayerRoPE beats Pre-, Post-, Peri-LN and LNS',
       "Pre-Norm's 1.3B loss with 3.4x less compute; up to 512 layers", SURVEY,
       Below('layer_rope', 'pre_ln')),
-    C('LayerNorm', 'Ba et al. 2016', 'normalization stabilizes and speeds up training', NO_NUMBER,
+    C('LayerNorm', 'Ba et al. 2016', 'normalization stabilizes and speeds up training', LAYERNORM_REPORTED,
       SURVEY, Below('pre_ln', 'no_norm')),
     C('RMSNorm', 'Zhang & Sennrich 2019, arXiv 1910.07467', 'RMSNorm performs comparably to LayerNorm',
       'comparable quality, 7% to 64% faster', SURVEY, NotAbove('rmsnorm', 'pre_ln')),
@@ -481,7 +494,7 @@ CLAIMS: tuple[Claim, ...] = (
     C('tapered MLP width (reconstruction)', TLM, 'the reverse allocation hurts', NO_NUMBER,
       SURVEY, Below('pre_ln', 'taper_reverse')),
     C('muP (Adam)', 'Yang et al. 2022 (Tensor Programs V)', 'the optimal learning rate transfers across width',
-      NO_NUMBER, 'mup_width_transfer', Transfers('mup', axis='d')),
+      MUP_REPORTED, 'mup_width_transfer', Transfers('mup', axis='d')),
     C('init: normal / xavier / small_init / depth_scaled', 'GPT-2; Glorot & Bengio 2010; Nguyen & Salazar 2019',
       'reference inits: small_init against normal', 'not a claim', SURVEY,
       Reference('small_init', 'pre_ln')),
@@ -515,7 +528,7 @@ CLAIMS: tuple[Claim, ...] = (
       'params or 13.6% less data; loss gaps as curves only (arXiv 2410.17897 v2, Section 1)', SURVEY,
       Below('resformer', 'pre_ln')),
     C('Parallel block', 'GPT-J, PaLM; GPT-NeoX', 'parallel attention and MLP match the serial block (GPT-J)',
-      NO_NUMBER, SURVEY, NotAbove('parallel_gptj', 'pre_ln')),
+      PARALLEL_REPORTED, SURVEY, NotAbove('parallel_gptj', 'pre_ln')),
     C('MoDA', 'MoDA (hustvl), arXiv 2603.15619', 'attending to earlier layers lowers the loss', MODA_REPORTED,
       SURVEY, Below('moda', 'pre_ln')),
     # procedures on trained models (experiments/posthoc.py, one seed: rows show the numbers)
