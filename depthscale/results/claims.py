@@ -330,6 +330,15 @@ MUP_REPORTED = ('the optimal rate across width as curves only (Figure 1: Transfo
                 'absolute attention and FP16) (Table 7); from a 13M proxy, BERT-large: test loss 1.683 vs '
                 'Megatron default 1.731, gap -0.048 (BERT-base 1.970 vs 1.995, gap -0.025) (Table 6) (arXiv '
                 '2203.03466 v2)')
+DEEPSCALELM_REPORTED = ('the ICLR 2024 submission\'s abstract (OpenReview): deep models improve perplexity by 1.0 '
+                        'point and downstream tasks by 2.2 points over shallow ones at equal parameters, and beat '
+                        'shallow models with twice the parameters (BERT-style masked LM; the base perplexity not '
+                        'given there, so no loss gap); the published abstract (arXiv 2403.09635, up to 1000 layers) '
+                        'gives no number; the full tables not read')
+CSORDAS_REPORTED = ('analysis of trained models (Llama 3.1 70B on GSM8K; Qwen, OLMo 2 in the appendix): '
+                    'second-half layers contribute less to the residual and skipping one barely changes later '
+                    'layers or future tokens, as plots only (Section 3, Figures 2, 3); yet they are as important '
+                    'for the current token\'s prediction (Figure 17a); no loss number (arXiv 2505.13898)')
 PARALLEL_REPORTED = ('PaLM (Section 2, Parallel Layers): ablations "showed a small quality degradation at 8B '
                      'scale but no quality degradation at 62B scale", no number given; about 15% faster training '
                      'at large scale; no loss number (GPT-J, GPT-NeoX: none read)')
@@ -501,7 +510,7 @@ CLAIMS: tuple[Claim, ...] = (
     C('init: deepnorm', DEEPNET, 'see DeepNorm: with its init, DeepNorm trains where Post-LN does not',
       'see DeepNorm', SURVEY, Below('deepnorm', 'post_ln')),
     C('DeepScaleLM', 'Kedia et al. 2024 (DeepScaleLM)', 'deeper models with fewer parameters beat shallow ones',
-      '100s of layers; ' + NO_NUMBER, SURVEY, Reference('deepscalelm', 'pre_ln')),
+      DEEPSCALELM_REPORTED, SURVEY, Reference('deepscalelm', 'pre_ln')),
     C('Q/K slow-down', 'arXiv 2605.10504', 'slowing upper-layer Q/K early improves final perplexity', QKSLOW_REPORTED,
       SURVEY, Below('qk_slow', 'pre_ln')),
     C('LLR', 'arXiv 2605.22297', 'layer-wise rates from heavy-tailedness converge faster',
@@ -540,7 +549,7 @@ CLAIMS: tuple[Claim, ...] = (
       'LayerNorm can be removed from GPT-2 by fine-tuning', 'GPT-2 small: +0.05 cross-entropy after 500M tokens',
       'posthoc', Reference('ln_free', 'L8')),
     C('Linear maps across depth', 'Csordás et al. 2025, arXiv 2505.13898',
-      'second-half layers contribute little (so: half the depth loses little)', NO_NUMBER, 'posthoc',
+      'second-half layers contribute little (so: half the depth loses little)', CSORDAS_REPORTED, 'posthoc',
       Reference('L4', 'L8')),
     C('Recurrence (layer tying, Universal-Transformer depth)', 'Dehghani et al. 2018, arXiv 1807.03819',
       'a looped block matches a deeper unique stack', UT_REPORTED, SURVEY, NotAbove('loop', 'pre_ln')),
