@@ -339,6 +339,9 @@ CSORDAS_REPORTED = ('analysis of trained models (Llama 3.1 70B on GSM8K; Qwen, O
                     'second-half layers contribute less to the residual and skipping one barely changes later '
                     'layers or future tokens, as plots only (Section 3, Figures 2, 3); yet they are as important '
                     'for the current token\'s prediction (Figure 17a); no loss number (arXiv 2505.13898)')
+DEPTHBENCH_REPORTED = ('10 architectures, each at a fixed size and recipe over d_model / n_layer: Pre-LN and most '
+                       'norm- and scaling-based variants "provide little benefit and can even degrade performance" '
+                       'as shapes get deeper and narrower (abstract); ' + NO_NUMBER)
 PARALLEL_REPORTED = ('PaLM (Section 2, Parallel Layers): ablations "showed a small quality degradation at 8B '
                      'scale but no quality degradation at 62B scale", no number given; about 15% faster training '
                      'at large scale; no loss number (GPT-J, GPT-NeoX: none read)')
@@ -431,8 +434,9 @@ CLAIMS: tuple[Claim, ...] = (
     *(C('depth-muP', 'Bordelon et al. 2023 (depthwise hyperparameter transfer)',
         '1/sqrt(L) branch scaling makes the optimal rate transfer across depth', NO_NUMBER,
         e, Transfers('depth_mup')) for e in TRANSFERS),
-    C('Pre-LN', 'DepthBench 2026', 'at a fixed size, deep-narrow Pre-LN gains little or loses against wide-shallow',
-      '10 architectures at fixed size; ' + NO_NUMBER, 'repro_width_depth_ladder',
+    C('Pre-LN', 'Wang et al. 2026 (DepthBench), arXiv 2609.32534',
+      'at a fixed size, deep-narrow Pre-LN gains little or loses against wide-shallow',
+      DEPTHBENCH_REPORTED, 'repro_width_depth_ladder',
       NotAbove('pre_ln_d128_L2', 'pre_ln_d32_L32')),
     *(C('CompleteP', 'Dey et al. 2025 (CompleteP)', 'alpha = 1 transfers hyperparameters across depth and trains deep models compute-efficiently',
         COMPLETEP_REPORTED, e, Transfers('completep')) for e in TRANSFERS),
