@@ -309,7 +309,9 @@ GROMOV_REPORTED = ('Llama-2 7B-70B, Qwen, Mistral-7B, Phi-2, healed by QLoRA on 
                    '(Mistral-7B), 25% (Phi-2), 20% (Qwen) (Section 4.1, Figure 2); C4 validation loss after '
                    'healing rises slowly and linearly with the fraction removed, curves only (Section 4.2, '
                    'Figure 3): no loss number')
-COMPLETEP_REPORTED = SECONDARY
+COMPLETEP_REPORTED = ('abstract: CompleteP (alpha = 1) gives depth-wise HP transfer, non-lazy learning in all '
+                      'layers and "12-34% compute efficiency improvements over the prior state-of-the-art"; no loss '
+                      'gap or per-depth optimum read (the full text not reached) (arXiv 2505.01618)')
 UT_REPORTED = ('WMT14 En-De, same parameter count: UT base BLEU 28.9 vs Transformer base 28.0 (Table 7); '
                'LAMBADA LM, control set: UT base 6 steps ppl 131 vs Transformer 142, loss gap -0.081 (Table 3)')
 PRORES_REPORTED = ('Pre-LN 1.3B, 50B C4 tokens: ppl ProRes 9.86 vs 10.32, -4.5% ppl, loss gap -0.046 (350M: '
