@@ -325,7 +325,10 @@ LLR_REPORTED = ('LLaMA 1B on FineWeb: validation ppl LLR 9.59 vs uniform rate 9.
                 '(350M: 12.71 vs 12.96, gap -0.019; 135M: 17.03 vs 17.86, gap -0.048; 60M: 20.30 vs 21.94, gap '
                 '-0.078); tokens per size not given there (abstract: up to 100B); 1B zero-shot average 49.02 vs '
                 '47.09 (official README tables)')
-QKSLOW_REPORTED = SECONDARY
+QKSLOW_REPORTED = ('abstract (arXiv 2605.10504 v1): temporarily slowing only the upper layers\' Q and K '
+                   'projections early in training improves a 270M GPT-style decoder\'s final perplexity, token '
+                   'efficiency and downstream accuracy, and is nearly unnecessary in LLaMA-style blocks (gated '
+                   'FFNs); no number read (the full text not reached)')
 MUP_REPORTED = ('the optimal rate across width as curves only (Figure 1: Transformers on WikiText-2 at d 128 '
                 '-8192; Figure 3: MLP): no number; tuned on a 40M proxy (7% of pretraining compute), GPT-3 6.7B: '
                 'validation loss 1.98 vs 2.03 for a re-run with the original HPs, gap -0.05 (the re-run used '
