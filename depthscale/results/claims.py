@@ -347,6 +347,14 @@ CSORDAS_REPORTED = ('analysis of trained models (Llama 3.1 70B on GSM8K; Qwen, O
 DEPTHBENCH_REPORTED = ('10 architectures, each at a fixed size and recipe over d_model / n_layer: Pre-LN and most '
                        'norm- and scaling-based variants "provide little benefit and can even degrade performance" '
                        'as shapes get deeper and narrower (abstract); ' + NO_NUMBER)
+TP6_REPORTED = ('resnets with one layer per block: Depth-muP (branch a/sqrt(L), Adam rate eta/sqrt(L)) '
+                'admits depthwise HP transfer, shown empirically; with two or more layers per block (MLP '
+                'blocks; a Megatron Transformer on Common Crawl) the optimal HPs shift with depth and do '
+                'worse (Sections 1.2, 1.3); no loss number read (the experiments\' figures not read) (arXiv '
+                '2310.02244 v5)')
+BORDELON_REPORTED = ('abstract (arXiv 2309.16620 v2): ResNets and Vision Transformers with 1/sqrt(depth) '
+                     'branches and muP transfer the optimal HPs across width and depth on CIFAR-10 and '
+                     'ImageNet; no language model, no number read (the full text not reached)')
 PARALLEL_REPORTED = ('PaLM (Section 2, Parallel Layers): ablations "showed a small quality degradation at 8B '
                      'scale but no quality degradation at 62B scale", no number given; about 15% faster training '
                      'at large scale; no loss number (GPT-J, GPT-NeoX: none read)')
@@ -435,9 +443,9 @@ CLAIMS: tuple[Claim, ...] = (
       'depth-weighted averages of past block outputs lower the loss' + BEST, DENSEFORMER_REPORTED, SURVEY,
       Below('denseformer', 'pre_ln')),
     *(C('depth-muP', 'Yang et al. 2023 (Tensor Programs VI)', 'the optimal learning rate transfers across depth',
-        NO_NUMBER, e, Transfers('depth_mup')) for e in TRANSFERS),
+        TP6_REPORTED, e, Transfers('depth_mup')) for e in TRANSFERS),
     *(C('depth-muP', 'Bordelon et al. 2023 (depthwise hyperparameter transfer)',
-        '1/sqrt(L) branch scaling makes the optimal rate transfer across depth', NO_NUMBER,
+        '1/sqrt(L) branch scaling makes the optimal rate transfer across depth', BORDELON_REPORTED,
         e, Transfers('depth_mup')) for e in TRANSFERS),
     C('Pre-LN', 'Wang et al. 2026 (DepthBench), arXiv 2609.32534',
       'at a fixed size, deep-narrow Pre-LN gains little or loses against wide-shallow',
