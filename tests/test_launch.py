@@ -94,7 +94,7 @@ def test_quickstart_ladder_through_the_launcher_equals_a_sequential_run(cluster,
   sequential(f'--config={QUICKSTART}', f'--workdir={tmp_path / "seq"}', *short, **ONE_THREAD)
   res = launch(cluster, f'--config={QUICKSTART}', f'--workdir={tmp_path / "par"}', *short)
   assert res.returncode == 0, res.stderr[-3000:]
-  rungs = ('pre_ln_L2', 'pre_ln_L8', 'post_ln_L2', 'post_ln_L8')
+  rungs = ('pre_ln_L2', 'pre_ln_L8', 'post_ln_L2', 'post_ln_L8', 'post_ln_L8_lr1e-2')
   for rung in rungs:
     assert eval_loss(tmp_path / 'par', rung) == eval_loss(tmp_path / 'seq', rung), rung
     assert f'rung {rung}: finished' in res.stdout
