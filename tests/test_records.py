@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from depthscale import claims as claims_cli
+from depthscale import keep
 from depthscale.results import load, records
 from tests.helpers import ROOT
 from tests.test_claims import ladder
@@ -45,7 +46,7 @@ def test_the_claims_command_without_runs_reads_the_records(tmp_path, monkeypatch
   with pytest.raises(SystemExit, match='2'):
     claims_cli.main(['--out', 'claims.md'])
   assert 'no records in records/' in capsys.readouterr().err
-  records.main(['--runs', 'repro_pre_vs_post_ln:tiny=runs', '--note', 'measured on a test machine'])
+  keep.main(['--runs', 'repro_pre_vs_post_ln:tiny=runs', '--note', 'measured on a test machine'])
   claims_cli.main(['--out', 'from_records.md'])
   claims_cli.main(['--runs', 'repro_pre_vs_post_ln:tiny=runs', '--note', 'measured on a test machine',
                    '--out', 'from_runs.md'])
@@ -53,7 +54,7 @@ def test_the_claims_command_without_runs_reads_the_records(tmp_path, monkeypatch
   assert text == (tmp_path / 'from_runs.md').read_text()
   assert 'Runs read: repro_pre_vs_post_ln:tiny. measured on a test machine.' in text
   with pytest.raises(SystemExit, match='2'):
-    records.main(['--runs', 'a:b=nowhere', '--note', 'x'])
+    keep.main(['--runs', 'a:b=nowhere', '--note', 'x'])
 
 
 def test_docs_claims_is_what_the_records_regenerate(tmp_path, monkeypatch):

@@ -3,7 +3,7 @@ config, summary, learning-rate choice and JSONL logs; never checkpoints or event
 one gzipped JSON file of the repository's records/ directory, named
 '<experiment>.<size>.json.gz', with a note on how the runs were made (machine, load).
 
-  python -m depthscale.results.records --runs method_survey:tokens20=runs/survey20 --note '...'
+  python -m depthscale.keep --runs method_survey:tokens20=runs/survey20 --note '...'
 
 writes records/method_survey.tokens20.json.gz. `depthscale.results.load` reads a record as it
 reads a ladder directory, and `python -m depthscale.claims` with no --runs regenerates
@@ -11,7 +11,6 @@ docs/claims.md from every record (the same bytes)."""
 
 from __future__ import annotations
 
-import argparse
 import gzip
 import json
 import os
@@ -73,24 +72,3 @@ def read(path: str) -> tuple[Rungs, str]:
 def kept(directory: str = DIR) -> list[str]:
   """The record files of a directory, sorted."""
   return [storage.join(directory, f) for f in storage.listdir(directory) if is_record(f)]
-
-
-def main(argv: list[str] | None = None) -> None:
-  from depthscale.claims import parse_run  # the same EXPERIMENT:SIZE=DIR argument
-  parser = argparse.ArgumentParser(prog='python -m depthscale.results.records',
-                                   description=__doc__.splitlines()[0])
-  parser.add_argument('--runs', type=parse_run, nargs='+', required=True,
-                      help='EXPERIMENT:SIZE=DIR, one per ladder directory')
-  parser.add_argument('--note', required=True, help='how the runs were made: machine, load, hours')
-  parser.add_argument('--out_dir', default=DIR, help='where the records go')
-  args = parser.parse_args(argv)
-  for _, path in args.runs:
-    if not storage.isdir(path):
-      parser.exit(2, f'error: --runs directory {path!r} does not exist\n')
-  for (experiment, size), path in args.runs:
-    out = storage.join(args.out_dir, name(experiment, size))
-    print(f'wrote {out}: {pack(path, out, args.note):,} bytes')
-
-
-if __name__ == '__main__':
-  main()
