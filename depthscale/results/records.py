@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 
 from depthscale import storage, sweep
 
@@ -48,7 +47,7 @@ def name(experiment: str, size: str) -> str:
 
 def key(path: str) -> tuple[str, str]:
   """'records/method_survey.tokens20.json.gz' -> ('method_survey', 'tokens20')."""
-  experiment, _, size = os.path.basename(path).removesuffix(SUFFIX).partition('.')
+  experiment, _, size = storage.name(path).removesuffix(SUFFIX).partition('.')
   return experiment, size
 
 
@@ -58,7 +57,7 @@ def pack(ladder_dir: str, out: str, note: str) -> int:
   data = json.dumps({'note': note, 'rungs': read_ladder(ladder_dir)},
                     separators=(',', ':')).encode()  # files' own key order; rungs sorted
   packed = gzip.compress(data, compresslevel=9, mtime=0)
-  storage.makedirs(os.path.dirname(out) or '.')
+  storage.makedirs(storage.parent(out))
   storage.write_bytes(out, packed)
   return len(packed)
 
