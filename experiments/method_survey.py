@@ -128,8 +128,11 @@ VARIANTS = {
     'osp': {'optim.name': 'muon', 'model.norm': 'ss_rmsnorm', 'model.embed_projection': True},
 }
 SMOKE = ('pre_ln', 'post_ln', 'lns')
-# tokens20: the notebooks' headline claims (docs/claims.md)
-HEADLINE = ('pre_ln', 'post_ln', 'mix_ln', 'lns', 'deepnorm', 'keel', 'dyt', 'attn_res')
+# tokens20: the notebooks' headline claims (docs/claims.md), and Pre-LN wide and shallow at
+# the baseline's non-embedding matrices (L2 d32 and L8 d16: 24,576 each)
+HEADLINE = ('pre_ln', 'post_ln', 'mix_ln', 'lns', 'deepnorm', 'keel', 'dyt', 'attn_res',
+            'wide_shallow')
+SHAPES = {'wide_shallow': {'model.num_layers': 2, 'model.d_model': 32}}
 _STEP_FIELDS = ('metrics.analysis_every', 'train.prores_warmup_steps', 'optim.qk_slow_steps',
                 'optim.qk_slow_ramp')  # -1 in VARIANTS: a fraction of the size's steps
 
@@ -154,5 +157,6 @@ def _resolve_steps(overrides: dict, steps: int) -> dict:
 def get_ladder(arg: str | None = None):
   *_, steps, rates, seeds, extend, finalists = SIZES[arg or 'cpu']
   names = {'smoke': SMOKE, 'tokens20': HEADLINE}.get(arg, VARIANTS)
-  return lr_sweep({n: _resolve_steps(VARIANTS[n], steps) for n in names}, rates, seeds, extend,
+  variants = {**VARIANTS, **SHAPES}
+  return lr_sweep({n: _resolve_steps(variants[n], steps) for n in names}, rates, seeds, extend,
                   finalists)

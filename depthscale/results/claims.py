@@ -451,6 +451,9 @@ CLAIMS: tuple[Claim, ...] = (
       'at a fixed size, deep-narrow Pre-LN gains little or loses against wide-shallow',
       DEPTHBENCH_REPORTED, 'repro_width_depth_ladder',
       NotAbove('pre_ln_d128_L2', 'pre_ln_d32_L32')),
+    C('Pre-LN', 'Wang et al. 2026 (DepthBench), arXiv 2609.32534',
+      'at a fixed size, deep-narrow Pre-LN gains little or loses against wide-shallow' + BEST,
+      DEPTHBENCH_REPORTED, SURVEY, NotAbove('wide_shallow', 'pre_ln')),
     *(C('CompleteP', 'Dey et al. 2025 (CompleteP)', 'alpha = 1 transfers hyperparameters across depth and trains deep models compute-efficiently',
         COMPLETEP_REPORTED, e, Transfers('completep')) for e in TRANSFERS),
     # every other method of docs/methods.md, measured by the survey
