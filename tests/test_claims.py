@@ -251,15 +251,15 @@ def test_every_method_of_docs_methods_has_a_row():
 
 
 def test_every_rule_names_variants_of_its_ladder():
-  """A rule's variants are rung names (less the seed part) of its experiment's cpu ladder
-  (or its only one), so no row is 'not measured' by a typo."""
+  """A rule's variants are rung names (less the seed part) of its experiment's ladder at one
+  of its sizes (or its only one), so no row is 'not measured' by a typo."""
   for c in claims.CLAIMS:
     if c.rule is None:
       continue
     path = os.path.join(ROOT, 'experiments', c.experiment + '.py')
     module = experiment.load_module(path)
-    arg = 'cpu' if 'cpu' in getattr(module, 'SIZES', {}) else None  # None: a file without sizes
-    names = {intervals.variant(r.name) for r in experiment.rungs_of(module, arg)}
+    sizes = list(getattr(module, 'SIZES', {})) or [None]  # None: a file without sizes
+    names = {intervals.variant(r.name) for arg in sizes for r in experiment.rungs_of(module, arg)}
     if isinstance(c.rule, claims.Transfers):
       assert any(n.startswith(f'{c.rule.family}_{c.rule.axis}') for n in names), c.claim
     else:
