@@ -15,6 +15,7 @@ import pytest
 from depthscale import data, storage
 from depthscale.config import validate
 from depthscale.errors import ConfigError
+from depthscale.model import norms
 from depthscale.model.transformer import make_model
 from depthscale.posthoc import init_from, linear_maps, ln_free, prune
 from depthscale.training.loop import train_rung
@@ -280,3 +281,15 @@ def test_norm_removal_checks_name_the_field(overrides, message):
   with pytest.raises(ConfigError, match=message):
     validate(cfg)
     ln_free.check(cfg)
+
+
+@pytest.mark.parametrize('kind', sorted(norms.NORMS))
+def test_norm_removal_takes_the_norms_whose_row_is_removable(kind):
+  cfg = _cfg(**{**LN_FREE, 'model.norm': kind})
+  removable = [name for name, row in norms.NORMS.items() if row.removable]
+  if kind in removable:
+    validate(cfg)
+  else:
+    with pytest.raises(ConfigError, match=rf"^model.norm='{kind}' is invalid: allowed "
+                                          rf"{' or '.join(removable)} with posthoc.remove_norms_every$"):
+      validate(cfg)
