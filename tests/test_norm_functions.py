@@ -9,11 +9,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from depthscale.config import default_config, validate
-from depthscale.errors import ConfigError
+from depthscale.config import default_config
 from depthscale.model import inner_norms, layer_rope, norms
 from depthscale.model.placements import gpas
-from tests.helpers import covers, small_config
+from tests.helpers import covers, small_config, validates_unless
 
 D = 16
 
@@ -197,12 +196,8 @@ def test_validation_reads_the_norm_rows(kind, field):
   fact; with another norm they fail in one line naming the field and those norms."""
   cfg = small_config(**{'model.norm': kind, f'model.{field}': True})
   takes = [name for name, row in norms.NORMS.items() if getattr(row, norms.OPTIONS[field])]
-  if kind in takes:
-    validate(cfg)
-  else:
-    with pytest.raises(ConfigError, match=rf'^model.{field}=True is invalid: allowed False '
-                                          rf'unless model.norm in {", ".join(takes)}$'):
-      validate(cfg)
+  validates_unless(kind not in takes, cfg, rf'^model.{field}=True is invalid: allowed False '
+                                           rf'unless model.norm in {", ".join(takes)}$')
 
 
 @pytest.mark.parametrize('kind', sorted(norms.NORMS))

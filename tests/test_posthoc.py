@@ -19,7 +19,7 @@ from depthscale.model import norms
 from depthscale.model.transformer import make_model
 from depthscale.posthoc import init_from, linear_maps, ln_free, prune
 from depthscale.training.loop import train_rung
-from tests.helpers import tiny_config
+from tests.helpers import tiny_config, validates_unless
 
 SOURCE = {'model.num_layers': 4, 'model.d_model': 16, 'model.num_heads': 2,
           'data.seq_len': 16, 'data.batch_size': 8, 'data.source': 'grammar',
@@ -287,9 +287,5 @@ def test_norm_removal_checks_name_the_field(overrides, message):
 def test_norm_removal_takes_the_norms_whose_row_is_removable(kind):
   cfg = _cfg(**{**LN_FREE, 'model.norm': kind})
   removable = [name for name, row in norms.NORMS.items() if row.removable]
-  if kind in removable:
-    validate(cfg)
-  else:
-    with pytest.raises(ConfigError, match=rf"^model.norm='{kind}' is invalid: allowed "
-                                          rf"{' or '.join(removable)} with posthoc.remove_norms_every$"):
-      validate(cfg)
+  validates_unless(kind not in removable, cfg, rf"^model.norm='{kind}' is invalid: allowed "
+                   rf"{' or '.join(removable)} with posthoc.remove_norms_every$")
