@@ -4,6 +4,7 @@ server on 127.0.0.1 (the `gcs` fixture), a CPU options cache of the test run's o
 
 import functools
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -16,10 +17,14 @@ from tests.gcs import GcsServer
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Identical programs (seeds of a ladder, a run and its resume, CLI subprocesses, notebook
-# kernels, xdist workers) compile once: the environment reaches every subprocess. Programs
-# under 0.3 s to compile (eager ops of the references) are not worth a disk entry each.
-os.environ.setdefault('JAX_COMPILATION_CACHE_DIR',
-                      os.path.join(tempfile.gettempdir(), 'depthscale-tests-jax-cache'))
+# kernels, xdist workers) compile once per test run: the cache is a temporary directory of
+# the run's (made by the controller, removed when it ends), and the environment reaches
+# every worker and subprocess. Programs under 0.3 s to compile (eager ops of the
+# references) are not worth a disk entry each.
+RUN_CACHE = None
+if 'JAX_COMPILATION_CACHE_DIR' not in os.environ:
+  RUN_CACHE = os.environ['JAX_COMPILATION_CACHE_DIR'] = tempfile.mkdtemp(
+      prefix='depthscale-tests-jax-cache-')
 os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS', '0.3')
 os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES', '0')
 # The test extra brings libtpu; the tests run on the CPU and compile for TPU topologies
@@ -81,6 +86,12 @@ def pytest_collection_modifyitems(items):
         'cases' in getattr(item, 'fixturenames', ()) or 'two_processes' in item.name):
       item.add_marker(pytest.mark.slow)
   items.sort(key=lambda item: item.path.name not in SLOW_MODULES)
+
+
+def pytest_unconfigure(config):
+  """The run's compilation cache goes with the run (workers leave it to the controller)."""
+  if RUN_CACHE and not hasattr(config, 'workerinput'):
+    shutil.rmtree(RUN_CACHE, ignore_errors=True)
 
 
 @pytest.fixture(scope='session', autouse=True)

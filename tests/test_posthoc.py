@@ -225,6 +225,7 @@ def test_norm_free_fine_tune_ends_with_every_norm_a_fixed_linear_map(ladder):
   assert summary['final_eval_loss'] < summary['posthoc_source_eval_loss'] + 0.05
 
 
+@pytest.mark.slow  # two more training runs
 def test_a_resumed_norm_removal_run_equals_the_straight_one(ladder):
   """Killed at step 9 (4 norms removed, checkpoint at step 8) and rerun: the rung's own
   checkpoint wins over init_from and the schedule goes on; the final losses equal the

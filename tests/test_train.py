@@ -184,6 +184,7 @@ def assert_plain_close(actual, expected):
   assert actual['grad_norm'] == pytest.approx(expected['grad_norm'], rel=1e-4)
 
 
+@pytest.mark.slow  # a subprocess compiling every program with XLA's default options
 @pytest.mark.filterwarnings('ignore:Error writing persistent compilation cache')
 def test_user_xla_flags_compute_what_the_suite_flags_do():
   """The suite compiles at -O0 without fusion emitters, from a compilation cache (so without
