@@ -104,6 +104,18 @@ def cpu_options_cache(tmp_path_factory):
 
 
 @pytest.fixture(scope='session')
+def one_step_rung(tmp_path_factory):
+  """(config, directory) of tiny_config trained for one step, every default path on: the
+  step-0 records that several modules check against their own computation."""
+  from depthscale.training.loop import train_rung  # pylint: disable=import-outside-toplevel
+  from tests.helpers import tiny_config  # pylint: disable=import-outside-toplevel
+  cfg = tiny_config(**{'train.steps': 1})
+  path = tmp_path_factory.mktemp('one_step')
+  train_rung(cfg, str(path))
+  return cfg, path
+
+
+@pytest.fixture(scope='session')
 def gcs(tmp_path_factory):
   """A GCS-compatible server on 127.0.0.1 for this worker (tests/gcs.py); from its start this
   process and its subprocesses talk to it for every gs:// path."""

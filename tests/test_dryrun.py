@@ -143,6 +143,7 @@ def test_an_xla_flops_undercount_is_flagged():
   assert dryrun.flops_note({**record, 'xla_flops_per_device': 0.86 * 119.0e12}) is None
   assert dryrun.flops_note({'model_flops_per_device': 1e12}) is None  # not scaled: no claim
 
+@pytest.mark.slow  # dry runs of whole ladders
 def test_a_record_keeps_the_config_flags_it_was_compiled_with(tmp_path):
   """The command line's config flags go into the JSON record (and its summary names them);
   a record compiled without any has no such field."""
@@ -163,6 +164,7 @@ def test_a_record_keeps_the_config_flags_it_was_compiled_with(tmp_path):
       'GPU dry run on 2 h100-8 nodes with model.remat=nothing_saveable: every rung fits')
 
 
+@pytest.mark.slow  # dry runs of whole ladders
 def test_a_resumed_dry_run_compiles_only_the_rungs_its_record_lacks(tmp_path, monkeypatch):
   """resume keeps the reports an interrupted run wrote to its JSON and compiles the other
   rungs; the record then equals an uninterrupted one; a record of another dry run (other
