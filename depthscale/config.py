@@ -9,6 +9,7 @@ from depthscale import data
 from depthscale.errors import ConfigError
 from depthscale.model import (inner_norms, norms, ops, parametrization, placements,
                               recurrence, residual, taper)
+from depthscale.model.tables import rows_with
 from depthscale.training import cpu_calibration, dynamics, optim, sharding, topology
 
 ConfigDict = ml_collections.ConfigDict
@@ -224,10 +225,7 @@ def check_norm_methods(m: ConfigDict) -> None:
   placements.check_modifiers(m)
   if m.qk_norm != 'none' and placements.PLACEMENTS[m.block].normalizes_qk:
     _fail('model.qk_norm', m.qk_norm, f"'none' with model.block={m.block} (it normalizes q, k itself)")
-  if m.layer_rope and m.norm not in ('layernorm', 'rmsnorm'):
-    _fail('model.layer_rope', m.layer_rope, 'True only with model.norm in layernorm, rmsnorm')
-  if m.norm_bias and m.norm not in ('rmsnorm', 'crmsnorm'):
-    _fail('model.norm_bias', m.norm_bias, 'True only with model.norm in rmsnorm, crmsnorm')
+  norms.check_options(m)
 
 
 def _validate_params_dynamics(cfg: ConfigDict) -> None:
@@ -243,9 +241,13 @@ def _validate_params_dynamics(cfg: ConfigDict) -> None:
     _fail('model.init', m.init, ' or '.join(repr(i) for i in ('normal', row.init) if i in
                                             parametrization.INITS)
           + f" with model.block={m.block} (the placement's own init, {row.init}, applies)")
-  if m.init == 'deepscalelm' and (m.residual != 'standard' or m.parallel_block != 'none'):
-    _fail('model.init', m.init, "not 'deepscalelm' with a non-standard model.residual or a "
-          'parallel block')
+  if parametrization.INITS[m.init].scales_skip:
+    others = ', '.join(i for i, row in parametrization.INITS.items() if not row.scales_skip)
+    if not residual.DESIGNS[m.residual].plain:
+      _fail('model.init', m.init, f'one of {others} with model.residual={m.residual} (its skip '
+            f'multiplier needs model.residual in {", ".join(rows_with(residual.DESIGNS, "plain"))})')
+    if m.parallel_block != 'none':
+      _fail('model.init', m.init, f'one of {others} with model.parallel_block={m.parallel_block}')
   check_choice('train.prores', t.prores, dynamics.PRORES)
   check_choice('train.prores_value', t.prores_value, dynamics.PRORES_VALUES)
   if t.prores != 'none' and t.prores_warmup_steps < m.num_layers:
@@ -307,14 +309,16 @@ def _validate_posthoc(cfg: ConfigDict) -> None:
       _fail(f'posthoc.{f}', p[f], 'a non-negative integer')
   if p.remove_norms_every:
     m, row = cfg.model, placements.PLACEMENTS[cfg.model.block]
-    if m.norm not in ('layernorm', 'rmsnorm'):
-      _fail('model.norm', m.norm, 'layernorm or rmsnorm with posthoc.remove_norms_every')
+    if not norms.NORMS[m.norm].removable:
+      _fail('model.norm', m.norm, ' or '.join(rows_with(norms.NORMS, 'removable'))
+            + ' with posthoc.remove_norms_every')
     plain = (not row.inner and not row.normalizes_qk and not row.unit_sphere
              and row.first_blocks is None and m.qk_norm == 'none' and not m.layer_rope
-             and m.residual == 'standard')
+             and residual.DESIGNS[m.residual].plain)
     if not plain:
       _fail('posthoc.remove_norms_every', p.remove_norms_every, '0 unless every norm is a block '
-            "or final norm (no inner, q/k or LayerRoPE norms, no Mix-LN, model.residual='standard')")
+            'or final norm (no inner, q/k or LayerRoPE norms, no Mix-LN, model.residual in '
+            f'{", ".join(rows_with(residual.DESIGNS, "plain"))})')
     if cfg.optim.decay_norms:
       _fail('optim.decay_norms', True, 'False with posthoc.remove_norms_every (the frozen '
             'divisors must not decay)')

@@ -4,6 +4,7 @@ server on 127.0.0.1 (the `gcs` fixture), a CPU options cache of the test run's o
 
 import functools
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -16,10 +17,14 @@ from tests.gcs import GcsServer
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Identical programs (seeds of a ladder, a run and its resume, CLI subprocesses, notebook
-# kernels, xdist workers) compile once: the environment reaches every subprocess. Programs
-# under 0.3 s to compile (eager ops of the references) are not worth a disk entry each.
-os.environ.setdefault('JAX_COMPILATION_CACHE_DIR',
-                      os.path.join(tempfile.gettempdir(), 'depthscale-tests-jax-cache'))
+# kernels, xdist workers) compile once per test run: the cache is a temporary directory of
+# the run's (made by the controller, removed when it ends), and the environment reaches
+# every worker and subprocess. Programs under 0.3 s to compile (eager ops of the
+# references) are not worth a disk entry each.
+RUN_CACHE = None
+if 'JAX_COMPILATION_CACHE_DIR' not in os.environ:
+  RUN_CACHE = os.environ['JAX_COMPILATION_CACHE_DIR'] = tempfile.mkdtemp(
+      prefix='depthscale-tests-jax-cache-')
 os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS', '0.3')
 os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES', '0')
 # The test extra brings libtpu; the tests run on the CPU and compile for TPU topologies
@@ -83,6 +88,12 @@ def pytest_collection_modifyitems(items):
   items.sort(key=lambda item: item.path.name not in SLOW_MODULES)
 
 
+def pytest_unconfigure(config):
+  """The run's compilation cache goes with the run (workers leave it to the controller)."""
+  if RUN_CACHE and not hasattr(config, 'workerinput'):
+    shutil.rmtree(RUN_CACHE, ignore_errors=True)
+
+
 @pytest.fixture(scope='session', autouse=True)
 def cpu_options_cache(tmp_path_factory):
   """The test run's CPU options cache (depthscale.training.cpu_calibration) in a temporary
@@ -90,6 +101,18 @@ def cpu_options_cache(tmp_path_factory):
   from depthscale.training import cpu_calibration  # pylint: disable=import-outside-toplevel
   path = tmp_path_factory.mktemp('cpu_options') / 'cpu_options.json'
   os.environ[cpu_calibration.CACHE_ENV] = str(path)
+
+
+@pytest.fixture(scope='session')
+def one_step_rung(tmp_path_factory):
+  """(config, directory) of tiny_config trained for one step, every default path on: the
+  step-0 records that several modules check against their own computation."""
+  from depthscale.training.loop import train_rung  # pylint: disable=import-outside-toplevel
+  from tests.helpers import tiny_config  # pylint: disable=import-outside-toplevel
+  cfg = tiny_config(**{'train.steps': 1})
+  path = tmp_path_factory.mktemp('one_step')
+  train_rung(cfg, str(path))
+  return cfg, path
 
 
 @pytest.fixture(scope='session')

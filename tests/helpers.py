@@ -13,9 +13,11 @@ from typing import Callable
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import pytest
 
 from depthscale import data
-from depthscale.config import default_config
+from depthscale.config import default_config, validate
+from depthscale.errors import ConfigError
 from depthscale.model.placements import layer_schedule
 from depthscale.model.transformer import Block, Transformer, make_model, param_counts
 from depthscale.training.steps import make_eval_step
@@ -28,6 +30,15 @@ def covers(table: str, *entries) -> Callable:
   """Registers the decorated test as the defining-property test of `entries` of `table`."""
   COVERED.setdefault(table, set()).update(entries)
   return lambda fn: fn
+
+
+def validates_unless(refused: bool, cfg, message: str) -> None:
+  """validate(cfg) passes, or, where refused, fails with a ConfigError matching message."""
+  if not refused:
+    validate(cfg)
+    return
+  with pytest.raises(ConfigError, match=message):
+    validate(cfg)
 
 
 def fake_cpu_env(devices: int, *flags: str) -> dict:

@@ -54,6 +54,7 @@ def ladder(tmp_path_factory):
   return root
 
 
+@pytest.mark.slow  # a trained ladder through compare, the loader and TensorBoard
 def test_flops_column_is_the_hand_count(ladder):
   """6 N tokens + 6 L T D tokens with N counted by hand for d16 (4 D^2 attention, 2 D 4D MLP
   and two LayerNorms of scale and bias per block, the final LayerNorm) and from the parameter
@@ -70,6 +71,7 @@ def test_flops_column_is_the_hand_count(ladder):
     assert s.loc[f'L{depth}', 'flops'] == 6 * hand * tokens + 6 * depth * t * d * tokens
 
 
+@pytest.mark.slow  # a trained ladder through compare, the loader and TensorBoard
 def test_loader_round_trips_the_ladder(ladder):
   res = results.load(str(ladder))
   assert list(res.configs.rung) == ['L1', 'L2']
@@ -100,6 +102,7 @@ def test_loader_round_trips_the_ladder(ladder):
                                   'effective_depth/skip_ratio', 'eval/loss'}
 
 
+@pytest.mark.slow  # a trained ladder through compare, the loader and TensorBoard
 def test_compare_prints_table_and_writes_pngs(ladder, capsys):
   compare.main([str(ladder)])
   text = capsys.readouterr().out
@@ -152,6 +155,7 @@ def test_compare_rejects_a_missing_directory(tmp_path):
   assert e.value.code == 2
 
 
+@pytest.mark.slow  # a trained ladder through compare, the loader and TensorBoard
 def test_tensorboard_layers_images_hparams(ladder):
   tags, plugins = set(), set()
   for path in glob.glob(str(ladder / 'L2' / 'events.out.tfevents.*')):
@@ -197,6 +201,7 @@ def tensorboard_server(logdir: str, timeout_s: float = 60.0):
       proc.wait()
 
 
+@pytest.mark.slow  # a trained ladder through compare, the loader and TensorBoard
 def test_tensorboard_server_shows_layout_and_ladder_images(ladder):
   for _ in range(2):  # the second call's event file hides the first's images
     _, written = compare.compare(str(ladder))

@@ -197,6 +197,7 @@ def _losses(workdir):
   return [r['train/loss'] for r in storage.read_jsonl(os.path.join(workdir, 'train_log.jsonl'))]
 
 
+@pytest.mark.slow  # training runs, calibrated and resumed
 @x86
 @onednn_warning
 def test_rung_calibrates_once_then_trains_as_the_forced_choice(tmp_path, cache, compiles,
@@ -231,6 +232,7 @@ def test_rung_calibrates_once_then_trains_as_the_forced_choice(tmp_path, cache, 
 
 
 
+@pytest.mark.slow  # training runs, calibrated and resumed
 @x86
 @onednn_warning
 def test_a_resumed_rung_keeps_its_recorded_choice(tmp_path, cache, compiles, choice_allowed):

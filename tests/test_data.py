@@ -340,6 +340,7 @@ def test_stream_is_pinned():
   assert source.eval(0)['inputs'][:6].tolist() == [154, 120, 233, 1, 188, 132]
 
 
+@pytest.mark.slow  # grain worker processes
 def test_grain_worker_processes_give_the_same_batches_and_resume(shard_dir):
   """data.workers=2 reads in two grain worker processes: same batches as in-process, and
   its iterator state restores exactly."""

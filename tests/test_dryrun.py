@@ -86,6 +86,7 @@ def _check_tpu_report(r, slices):
   assert all(s['hlo_has_pallas'] and s['attention'] == 'splash' for s in r['steps'].values())
 
 
+@pytest.mark.slow  # libtpu's TPU compiler
 @needs_libtpu
 @pytest.mark.filterwarnings('ignore:Error reading persistent compilation cache')
 def test_small_ladder_compiles_for_a_4_chip_slice(tmp_path):
@@ -102,6 +103,7 @@ def test_small_ladder_compiles_for_a_4_chip_slice(tmp_path):
   assert reports[1]['peak_bytes_per_device'] > reports[0]['peak_bytes_per_device']
 
 
+@pytest.mark.slow  # libtpu's TPU compiler
 @needs_libtpu
 @pytest.mark.filterwarnings('ignore:Error reading persistent compilation cache')
 def test_two_slice_topology_table_memory_is_memory_analysis(tmp_path):
@@ -141,6 +143,7 @@ def test_an_xla_flops_undercount_is_flagged():
   assert dryrun.flops_note({**record, 'xla_flops_per_device': 0.86 * 119.0e12}) is None
   assert dryrun.flops_note({'model_flops_per_device': 1e12}) is None  # not scaled: no claim
 
+@pytest.mark.slow  # dry runs of whole ladders
 def test_a_record_keeps_the_config_flags_it_was_compiled_with(tmp_path):
   """The command line's config flags go into the JSON record (and its summary names them);
   a record compiled without any has no such field."""
@@ -161,6 +164,7 @@ def test_a_record_keeps_the_config_flags_it_was_compiled_with(tmp_path):
       'GPU dry run on 2 h100-8 nodes with model.remat=nothing_saveable: every rung fits')
 
 
+@pytest.mark.slow  # dry runs of whole ladders
 def test_a_resumed_dry_run_compiles_only_the_rungs_its_record_lacks(tmp_path, monkeypatch):
   """resume keeps the reports an interrupted run wrote to its JSON and compiles the other
   rungs; the record then equals an uninterrupted one; a record of another dry run (other
@@ -182,6 +186,7 @@ def test_a_resumed_dry_run_compiles_only_the_rungs_its_record_lacks(tmp_path, mo
                        shardings=False, resume=True)
 
 
+@pytest.mark.slow  # libtpu's TPU compiler
 @needs_libtpu
 @pytest.mark.filterwarnings('ignore:Error reading persistent compilation cache')
 def test_a_rung_the_tpu_compiler_refuses_is_reported_and_the_ladder_goes_on(tmp_path,
@@ -220,6 +225,7 @@ def test_the_smallest_slice_search_halves_while_it_fits_and_doubles_until_it_doe
   assert topology.resized(topology.parse('v6e-16', num_slices=2), 2) == topology.parse('v6e-32', 2)
 
 
+@pytest.mark.slow  # libtpu's TPU compiler
 @needs_libtpu
 @pytest.mark.filterwarnings('ignore:Error reading persistent compilation cache')
 def test_a_dry_run_names_each_rungs_smallest_fitting_slice(tmp_path, monkeypatch):
@@ -284,6 +290,7 @@ GPU_RUNG = {'model.d_model': 64, 'model.num_heads': 2, 'model.num_kv_heads': 1,
             'model.dtype': 'bfloat16', 'mesh.data': -1, 'mesh.fsdp': 8}
 
 
+@pytest.mark.slow  # XLA's GPU compiler
 @pytest.mark.filterwarnings('ignore:Error reading persistent compilation cache')
 def test_small_rung_compiles_for_two_h100_nodes_with_cudnn_attention():
   """Two H100 nodes (16 GPUs, data 2 x fsdp 8): both steps hold cuDNN's fused attention
@@ -317,6 +324,7 @@ def test_small_rung_compiles_for_two_h100_nodes_with_cudnn_attention():
   assert "cuDNN's fused attention" in dryrun.summary(record)
 
 
+@pytest.mark.slow  # XLA's GPU compiler
 @pytest.mark.filterwarnings('ignore:Error reading persistent compilation cache')
 def test_float32_rung_on_a_gpu_node_runs_xla_attention_and_says_why(tmp_path, capsys):
   """cuDNN fuses bf16 and f16 only: a float32 rung's GPU program has XLA's attention, and
@@ -346,6 +354,7 @@ def get_ladder(arg=None):
   assert record['num_nodes'] == 1 and record['gpu_source'] == gpus.GPUS['h100'].source
 
 
+@pytest.mark.slow  # XLA's GPU compiler
 @pytest.mark.filterwarnings('ignore:Error reading persistent compilation cache')
 def test_cost_probes_refused_by_xla_gpu_compile_again_with_cublas_and_say_so():
   """XLA-GPU (jax 0.10.2) refuses the 2-layer cost probe of a float32 AttnRes rung at T 1024,

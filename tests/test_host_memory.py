@@ -35,6 +35,7 @@ def _faults(opt_out: str) -> int:
   return int(out.stdout.split()[-1])
 
 
+@pytest.mark.slow  # two subprocesses of 4 x 64 MB programs
 @pytest.mark.skipif(platform.libc_ver()[0] != 'glibc', reason='the setting is glibc-only')
 def test_freed_buffers_are_reused_without_page_faults():
   pages = 4 * 4096 * 4096 * 4 // 4096  # 4 executions x 64 MB

@@ -221,6 +221,7 @@ def test_sweep_view_lists_every_pair_only_for_a_few_variants():
                   'lies wholly below its own')
 
 
+@pytest.mark.slow  # trains and resumes a sweep ladder
 def test_an_extended_sweep_runs_resumes_and_selects_rungs(tmp_path, capsys):
   path = tmp_path / 'sweep.py'
   path.write_text(EXPERIMENT)

@@ -12,7 +12,7 @@ import pytest
 from depthscale.config import default_config
 from depthscale.model import inner_norms, layer_rope, norms
 from depthscale.model.placements import gpas
-from tests.helpers import covers
+from tests.helpers import covers, small_config, validates_unless
 
 D = 16
 
@@ -65,7 +65,7 @@ def test_scalenorm_output_norm_is_g():
 
 @pytest.mark.parametrize('kind', ['dyt', 'derf'])
 def test_pointwise_norms_are_elementwise_and_odd(kind):
-  module = norms.NORMS[kind](alpha0=0.7)
+  module = norms.NORMS[kind].module(alpha0=0.7)
   x = _x((D,))
   _, params = _apply(module, x)
   params = {**params, 'bias': jnp.zeros(D)}  # odd needs b = 0 (the init)
@@ -177,13 +177,39 @@ def test_seednorm_with_random_parameters_matches_float64():
 def test_pointwise_norms_with_random_parameters_match_float64(kind):
   """DyT g tanh(alpha x) + b; Derf g erf(alpha x + s) + b with a nonzero shift s."""
   x = _x()
-  _, p = _apply(norms.NORMS[kind](alpha0=0.7), x)
+  _, p = _apply(norms.NORMS[kind].module(alpha0=0.7), x)
   p = {**p, 'alpha': jnp.float32(0.45), 'scale': jax.random.normal(jax.random.PRNGKey(20), (D,)),
        'bias': jax.random.normal(jax.random.PRNGKey(21), (D,))}
   if kind == 'derf':
     p['shift'] = jnp.float32(-0.8)
-  y, _ = _apply(norms.NORMS[kind](alpha0=0.7), x, p)
+  y, _ = _apply(norms.NORMS[kind].module(alpha0=0.7), x, p)
   z = 0.45 * np.asarray(x, np.float64) + (-0.8 if kind == 'derf' else 0.0)
   u = np.tanh(z) if kind == 'dyt' else np.vectorize(math.erf)(z)
   ref = u * np.asarray(p['scale'], np.float64) + np.asarray(p['bias'], np.float64)
   np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize('field', sorted(norms.OPTIONS))
+@pytest.mark.parametrize('kind', sorted(norms.NORMS))
+def test_validation_reads_the_norm_rows(kind, field):
+  """model.norm_bias and model.layer_rope validate with exactly the norms whose row has the
+  fact; with another norm they fail in one line naming the field and those norms."""
+  cfg = small_config(**{'model.norm': kind, f'model.{field}': True})
+  takes = [name for name, row in norms.NORMS.items() if getattr(row, norms.OPTIONS[field])]
+  validates_unless(kind not in takes, cfg, rf'^model.{field}=True is invalid: allowed False '
+                                           rf'unless model.norm in {", ".join(takes)}$')
+
+
+@pytest.mark.parametrize('kind', sorted(norms.NORMS))
+def test_norm_rows_state_what_the_modules_do(kind):
+  """A row's facts hold for its module: `bias` adds a bias with model.norm_bias, `layer_rope`
+  drops the gain LayerRoPE replaces, `removable` holds a frozen divisor."""
+  row, x = norms.NORMS[kind], _x()
+
+  def names(use_scale=True, **kw):  # the module's parameter names (shapes only, no compute)
+    module = norms.make_norm(_model_cfg(norm=kind, **kw), 'n', use_scale=use_scale)
+    return set(jax.eval_shape(module.init, jax.random.PRNGKey(0), x).get('params', {}))
+
+  assert row.bias == ('bias' in names(norm_bias=True) - names(norm_bias=False))
+  assert row.layer_rope == ('scale' in names() - names(use_scale=False))
+  assert row.removable == ('divisor' in names(norm_divisors=True))

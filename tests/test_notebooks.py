@@ -36,12 +36,9 @@ def test_notebook_runs_in_smoke_mode(path, tmp_path, monkeypatch):
   assert glob.glob(os.path.join(tmp_path, name, '*.png')), 'the notebook saves its plots as PNG'
 
 
-def test_init_grad_norms_match_the_step_zero_record(tmp_path):
-  from depthscale.training.loop import train_rung
+def test_init_grad_norms_match_the_step_zero_record(one_step_rung):
   from depthscale.storage import read_jsonl
-  from tests.helpers import tiny_config
-  cfg = tiny_config(**{'train.steps': 1, 'metrics.analysis_every': 0, 'metrics.images': False})
-  train_rung(cfg, str(tmp_path))
-  step0 = read_jsonl(os.path.join(tmp_path, 'layer_metrics.jsonl'))[0]
+  cfg, path = one_step_rung
+  step0 = read_jsonl(os.path.join(path, 'layer_metrics.jsonl'))[0]
   assert step0['step'] == 0
   np.testing.assert_allclose(notebook.init_grad_norms(cfg)[0], step0['grad_norm'], rtol=1e-5)

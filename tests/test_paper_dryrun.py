@@ -74,6 +74,7 @@ def _param_count(cfg) -> int:
   return _COUNTS[key]
 
 
+@pytest.mark.slow  # parameter shapes of every paper-size rung
 @pytest.mark.parametrize('path', RECORDS, ids=os.path.basename)
 def test_docstring_states_the_recorded_dry_run_of_the_current_ladder(path):
   record = _record(path)

@@ -13,7 +13,7 @@ from depthscale.model import parametrization as pz
 from depthscale.model.transformer import Transformer, make_model
 from depthscale.training.optim import make_optimizer
 from depthscale.training.steps import init_state
-from tests.helpers import covers, init, perturb, small_config, tiny_config
+from tests.helpers import covers, init, perturb, small_config, tiny_config, validates_unless
 
 
 def _params(cfg, seed=0):
@@ -268,3 +268,17 @@ def test_a_second_init_scheme_with_a_placement_that_has_one_is_refused():
   with pytest.raises(ConfigError, match=r"model.init='small_init' is invalid: allowed 'normal' "
                                         r'with model.block=sub_ln'):
     validate(tiny_config(**{'model.block': 'sub_ln', 'model.init': 'small_init'}))
+
+
+@pytest.mark.parametrize('scheme', sorted(pz.INITS))
+def test_an_init_that_scales_the_skip_needs_a_plain_stream_as_its_row_says(scheme):
+  """A row's `scales_skip` is its skip multiplier (DeepScaleLM's lambda); such an init fails
+  in one line with a residual design that is not plain or a parallel block, others validate."""
+  cfg = tiny_config(**{'model.init': scheme})
+  assert pz.INITS[scheme].scales_skip == (pz.skip_mult(cfg.model) != 1.0)
+  others = ', '.join(i for i, row in pz.INITS.items() if not row.scales_skip)
+  for over, rest in (({'model.residual': 'laurel'}, r'model.residual=laurel \(its skip '
+                                                    r'multiplier needs model.residual in standard\)'),
+                     ({'model.parallel_block': 'gptj'}, 'model.parallel_block=gptj')):
+    validates_unless(pz.INITS[scheme].scales_skip, tiny_config(**{'model.init': scheme, **over}),
+                     rf"^model.init='{scheme}' is invalid: allowed one of {others} with {rest}$")

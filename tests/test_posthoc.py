@@ -15,10 +15,11 @@ import pytest
 from depthscale import data, storage
 from depthscale.config import validate
 from depthscale.errors import ConfigError
+from depthscale.model import norms
 from depthscale.model.transformer import make_model
 from depthscale.posthoc import init_from, linear_maps, ln_free, prune
 from depthscale.training.loop import train_rung
-from tests.helpers import tiny_config
+from tests.helpers import tiny_config, validates_unless
 
 SOURCE = {'model.num_layers': 4, 'model.d_model': 16, 'model.num_heads': 2,
           'data.seq_len': 16, 'data.batch_size': 8, 'data.source': 'grammar',
@@ -224,6 +225,7 @@ def test_norm_free_fine_tune_ends_with_every_norm_a_fixed_linear_map(ladder):
   assert summary['final_eval_loss'] < summary['posthoc_source_eval_loss'] + 0.05
 
 
+@pytest.mark.slow  # two more training runs
 def test_a_resumed_norm_removal_run_equals_the_straight_one(ladder):
   """Killed at step 9 (4 norms removed, checkpoint at step 8) and rerun: the rung's own
   checkpoint wins over init_from and the schedule goes on; the final losses equal the
@@ -280,3 +282,11 @@ def test_norm_removal_checks_name_the_field(overrides, message):
   with pytest.raises(ConfigError, match=message):
     validate(cfg)
     ln_free.check(cfg)
+
+
+@pytest.mark.parametrize('kind', sorted(norms.NORMS))
+def test_norm_removal_takes_the_norms_whose_row_is_removable(kind):
+  cfg = _cfg(**{**LN_FREE, 'model.norm': kind})
+  removable = [name for name, row in norms.NORMS.items() if row.removable]
+  validates_unless(kind not in removable, cfg, rf"^model.norm='{kind}' is invalid: allowed "
+                   rf"{' or '.join(removable)} with posthoc.remove_norms_every$")

@@ -204,6 +204,7 @@ def test_vocab_smaller_than_the_shards_is_a_config_error(prepared, tmp_path):
   config_lib.validate(shard_config(prepared))
 
 
+@pytest.mark.slow  # three training runs
 def test_trainer_on_prepared_shards_resumes_bitwise(prepared, tmp_path):
   """Shards of the tokenizers tokenizer, with document masking: kill at step 3, resume."""
   cfg = shard_config(prepared, **{'data.document_mask': True})
@@ -264,6 +265,7 @@ def test_python_docs_is_deterministic_with_a_held_out_split():
       documents.held_out(d, cfg.eval_fraction) for d in docs)
 
 
+@pytest.mark.slow  # the GCS server, shards through it, a training run
 def test_prepare_from_and_to_a_bucket_then_train_from_it(corpus, prepared, gcs, tmp_path,
                                                          monkeypatch):
   """Input, tokenizer and output in a bucket (the local GCS server): the same shards as a

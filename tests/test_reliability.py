@@ -300,6 +300,7 @@ def _cli(tmp_path, *args):
                         timeout=600, cwd=ROOT, check=False)
 
 
+@pytest.mark.slow  # the CLI end to end
 def test_cli_non_finite_loss_exits_3_in_one_line(tmp_path):
   res = _cli(tmp_path)
   assert res.returncode == 3, res.stderr[-2000:]

@@ -13,7 +13,7 @@ from depthscale.model.placements import layer_schedule
 from depthscale.model.transformer import Attention, Block, Mlp, make_model
 from depthscale.training.optim import decay_mask, make_optimizer
 from depthscale.training.steps import init_state
-from tests.helpers import covers, init, layer_params, perturb, tiny_config
+from tests.helpers import covers, init, layer_params, perturb, tiny_config, validates_unless
 
 
 def _params(cfg):
@@ -416,3 +416,21 @@ def test_block_hands_each_connection_its_residual_sublayer_index(design):
     ref = write(h + module(cfg).apply({'params': p[name]}, normed))
   for key in carry:
     np.testing.assert_allclose(out[key], ref[key], rtol=1e-5, atol=1e-5, err_msg=key)
+
+
+@pytest.mark.parametrize('design', sorted(residual.DESIGNS))
+def test_a_plain_row_is_the_stream_x_plus_f_and_what_needs_one_reads_it(design):
+  """`plain` holds exactly for the rows with nothing of their own (plain connection, no
+  carry entries, readout, block end or history); DeepScaleLM's init and norm removal
+  validate with those designs and fail in one line naming the field with the others."""
+  row = residual.DESIGNS[design]
+  x = jnp.ones((2, 4, 8))
+  own = (row.connection is not residual.Plain or set(row.init(tiny_config().model, x)) != {'x'}
+         or row.readout or row.block_end or row.history)
+  assert row.plain == (not own)
+  over = {'model.residual': design, 'model.attn_res_blocks': 2}
+  dslm = tiny_config(**over, **{'model.init': 'deepscalelm'})
+  no_norms = tiny_config(**over, **{'posthoc.init_from': 'L4', 'posthoc.remove_norms_every': 1})
+  for cfg, field in ((dslm, 'model.init'), (no_norms, 'posthoc.remove_norms_every')):
+    validates_unless(not row.plain, cfg,
+                     rf'^{field}=.* is invalid: allowed .*model.residual in standard\)$')

@@ -22,10 +22,9 @@ from tests.helpers import tiny_config
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def test_layer_grad_norm_matches_a_float64_norm(tmp_path):
-  cfg = tiny_config(**{'train.steps': 1})
-  train_rung(cfg, str(tmp_path))
-  logged = read_jsonl(tmp_path / 'layer_metrics.jsonl')[0]
+def test_layer_grad_norm_matches_a_float64_norm(one_step_rung):
+  cfg, path = one_step_rung
+  logged = read_jsonl(path / 'layer_metrics.jsonl')[0]
   assert logged['step'] == 0 and len(logged['grad_norm']) == cfg.model.num_layers
 
   model = make_model(cfg)
@@ -39,6 +38,7 @@ def test_layer_grad_norm_matches_a_float64_norm(tmp_path):
   np.testing.assert_allclose(logged['grad_norm'], expected, rtol=1e-4)
 
 
+@pytest.mark.slow  # three training runs (resumes stay quick in test_reliability.py)
 def test_resume_after_kill_is_bitwise_identical(tmp_path):
   """Every log, the periodic analyses (every 2 steps) included, equals the straight run."""
   cfg = tiny_config(**{'train.log_every': 1, 'metrics.analysis_every': 2})
@@ -184,6 +184,7 @@ def assert_plain_close(actual, expected):
   assert actual['grad_norm'] == pytest.approx(expected['grad_norm'], rel=1e-4)
 
 
+@pytest.mark.slow  # a subprocess compiling every program with XLA's default options
 @pytest.mark.filterwarnings('ignore:Error writing persistent compilation cache')
 def test_user_xla_flags_compute_what_the_suite_flags_do():
   """The suite compiles at -O0 without fusion emitters, from a compilation cache (so without

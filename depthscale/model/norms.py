@@ -6,14 +6,17 @@ Derf and BHyT take their initial alpha (lambda) from that position.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from depthscale.errors import invalid
 from depthscale.model import ops
 from depthscale.model.stats import record_saturation
+from depthscale.model.tables import rows_with
 
 
 def _param(module: nn.Module, name: str, init, size: int, axis: str):
@@ -209,9 +212,39 @@ class Identity(nn.Module):
     return x
 
 
-NORMS = {'layernorm': LayerNorm, 'rmsnorm': RMSNorm, 'crmsnorm': CRMSNorm, 'scalenorm': ScaleNorm,
-         'dyt': DyT, 'derf': Derf, 'bhyt': BHyT, 'seednorm': SeeDNorm, 'none': Identity,
-         'ss_rmsnorm': SingleScaleRMSNorm}
+@dataclasses.dataclass(frozen=True)
+class Norm:
+  """One row of the norm table (model.norm): its module and the switches it composes with."""
+  module: type[nn.Module]
+  bias: bool = False  # takes model.norm_bias: a learnable bias after the gain, as LayerNorm has
+  layer_rope: bool = False  # a per-feature gain that model.layer_rope replaces with its own
+  removable: bool = False  # a frozen divisor can replace it (posthoc.remove_norms_every)
+
+
+NORMS: dict[str, Norm] = {
+    'layernorm': Norm(LayerNorm, layer_rope=True, removable=True),
+    'rmsnorm': Norm(RMSNorm, bias=True, layer_rope=True, removable=True),
+    'crmsnorm': Norm(CRMSNorm, bias=True),
+    'scalenorm': Norm(ScaleNorm),
+    'dyt': Norm(DyT),
+    'derf': Norm(Derf),
+    'bhyt': Norm(BHyT),
+    'seednorm': Norm(SeeDNorm),
+    'none': Norm(Identity),
+    'ss_rmsnorm': Norm(SingleScaleRMSNorm),
+}
+# model fields that a norm takes only where its row has the fact
+OPTIONS = {'norm_bias': 'bias', 'layer_rope': 'layer_rope'}
+
+
+def check_options(m) -> None:
+  """Raises ConfigError for a switched-on model field that model.norm's row does not take."""
+  for field, fact in OPTIONS.items():
+    if m[field] and not getattr(NORMS[m.norm], fact):
+      raise invalid(f'model.{field}', m[field],
+                    f'False unless model.norm in {", ".join(rows_with(NORMS, fact))}')
+
+
 POSITIONS = ('attn', 'mlp', 'final')
 EMBED_SCALED = ('dyt', 'derf')  # norm-free functions that scale the embedding by s0 = sqrt(D)
 
@@ -239,11 +272,11 @@ def make_norm(cfg, name: str, axis: str = 'embed', position: str = 'attn',
   if kind == 'crmsnorm':
     return CRMSNorm(eps=cfg.norm_eps, axis=axis, use_bias=cfg.norm_bias, name=name)
   if kind in ('scalenorm', 'seednorm', 'ss_rmsnorm'):
-    return NORMS[kind](eps=cfg.norm_eps, axis=axis, name=name)
+    return NORMS[kind].module(eps=cfg.norm_eps, axis=axis, name=name)
   if kind == 'bhyt':
     return BHyT(alpha0=_alpha0(cfg, position), kappa=cfg.bhyt_kappa, axis=axis, name=name)
   if kind in ('dyt', 'derf'):
-    return NORMS[kind](alpha0=_alpha0(cfg, position), axis=axis, name=name)
+    return NORMS[kind].module(alpha0=_alpha0(cfg, position), axis=axis, name=name)
   return Identity(axis=axis, name=name)
 
 

@@ -9,6 +9,7 @@ m_N = d_model / base_d_model (width multiplier), m_L = num_layers / base_num_lay
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Callable
 
@@ -17,7 +18,17 @@ import jax.numpy as jnp
 import numpy as np
 
 PARAMETRIZATIONS = ('standard', 'mup', 'depth_mup', 'completep')
-INITS = ('normal', 'xavier', 'small_init', 'depth_scaled', 'deepnorm', 'deepscalelm')  # model.init
+
+
+@dataclasses.dataclass(frozen=True)
+class Init:
+  """One row of the init table (model.init): the facts validation reads."""
+  scales_skip: bool = False  # multiplies the skip x of x + F(x): needs a plain stream, no parallel block
+
+
+INITS: dict[str, Init] = {'normal': Init(), 'xavier': Init(), 'small_init': Init(),
+                          'depth_scaled': Init(), 'deepnorm': Init(),
+                          'deepscalelm': Init(scales_skip=True)}
 PLACEMENT_INITS = ('sub_ln', 'simple_norm')  # schemes only a placement's row selects
 DEPTH_ALPHA = {'standard': 0.0, 'mup': 0.0, 'depth_mup': 0.5, 'completep': 1.0}
 HIDDEN = ('q', 'k', 'v', 'o', 'gate', 'up', 'down')  # block matrices (gate, up: MLP input)

@@ -326,12 +326,13 @@ class Design:
   readout: type[nn.Module] | None = None  # carry -> stream before the final norm
   block_end: type[nn.Module] | None = None  # (carry, index) -> carry after the sublayers
   history: History | None = None  # the carry entry of earlier outputs, if any
+  plain: bool = False  # the stream is x + F(x) alone: no streams, history, gains or norms of its own
 
 
 # For HC and mHC the recorded stream is the mean of the n streams (= the Pre-LN stream at
 # init); for AttnRes it is the embedding plus all sublayer outputs (the standard sum).
 DESIGNS: dict[str, Design] = {
-    'standard': Design(Plain),
+    'standard': Design(Plain, plain=True),
     'hyper_connections': Design(HyperConnection, _streams, _mean_stream, MeanStreams),
     'mhc': Design(ManifoldHyperConnection, _streams, _mean_stream, ManifoldReadout),
     'denseformer': Design(Plain, _dwa_history, block_end=DepthWeightedAverage,
