@@ -74,7 +74,7 @@ estimate, not measured).
 """
 
 from depthscale.experiment import GPT2_VOCAB, study_config
-from depthscale.ladder import Rung
+from depthscale.ladder import Rung, block_params
 from depthscale.natural_text import TextSizes
 
 L0 = 2  # base depth: every parametrization agrees at L = L0
@@ -84,6 +84,9 @@ SIZES = {
     'smoke': (32, 1, [2, 16], [8], [1e-2], ('standard', 'depth_mup', 'completep'), 32, 8, 20, 10),
     'cpu': (32, 1, [2, 4, 8, 16], [2, 4, 8, 16], [1e-3, 3e-3, 1e-2, 3e-2],
             ('standard', 'depth_mup', 'completep'), 64, 16, 200, 50),
+    # python_docs at 20 tokens per non-embedding parameter at every depth (steps per depth)
+    'tokens20': (16, 1, [2, 4, 8], [2, 4, 8], [1e-3, 3e-3, 1e-2, 3e-2], ('depth_mup', 'completep'),
+                 64, 16, 495, 20),  # steps: L8's; each depth's own in _steps
     'paper': (1024, 16, [2, 8, 32, 128], [2, 4, 8, 16, 32, 64, 128], [2 ** -k for k in range(4, 12)],
               ('standard', 'depth_mup', 'completep'), 2048, 256, 20000, 500),
 }
@@ -96,13 +99,31 @@ def get_config(arg: str | None = None):
                    d_model=d_model, num_heads=heads, num_layers=L0, base_num_layers=L0,
                    **(PAPER_MODEL if arg == 'paper' else {}))
   c.optim.lr = 1e-2
+  if arg == 'tokens20':
+    c.data.source, c.data.eval_batches = 'python_docs', 8
   return c
 
 
+TOKENS_PER_PARAM, NORM_SHARE = 20, 1.03  # norm gains and biases: ~2-3% beyond block_params
+
+
+def _steps(arg: str, depth: int) -> dict:
+  """tokens20: the steps that give each depth TOKENS_PER_PARAM tokens per parameter, with
+  study_config's recipe at that length (one eval and checkpoint at the end, 10% warmup)."""
+  if arg != 'tokens20':
+    return {}
+  d_model, _, _, _, _, _, seq_len, batch, *_ = SIZES[arg]
+  params = block_params(d_model, depth) * NORM_SHARE
+  steps = -(-int(TOKENS_PER_PARAM * params) // (seq_len * batch))
+  return {'train.steps': steps, 'train.eval_every': steps, 'train.checkpoint_every': steps,
+          'optim.warmup_steps': steps // 10}
+
+
 def get_ladder(arg: str | None = None):
-  _, _, _, depths, lrs, params, *_ = SIZES[arg or 'cpu']
+  arg = arg or 'cpu'
+  _, _, _, depths, lrs, params, *_ = SIZES[arg]
   return [Rung(f'{p}_s0_L{l}_lr{lr:g}', {'model.parametrization': p, 'model.num_layers': l,
-                                         'optim.lr': lr})
+                                         'optim.lr': lr, **_steps(arg, l)})
           for p in params for l in depths for lr in lrs]
 
 

@@ -119,11 +119,12 @@ def perturb(params, seed: int = 0, scale: float = 0.1):
   return tree.unflatten([a + scale * jax.random.normal(k, a.shape) for a, k in zip(leaves, keys)])
 
 
-def param_count(cfg) -> int:
-  """The parameters of cfg's model, from abstract shapes (nothing initialized)."""
+def param_count(cfg, non_embedding: bool = False) -> int:
+  """The parameters of cfg's model (or its non-embedding ones), from abstract shapes
+  (nothing initialized)."""
   toks = jax.ShapeDtypeStruct((1, cfg.data.seq_len), jnp.int32)
   return param_counts(nn.unbox(jax.eval_shape(make_model(cfg).init, jax.random.PRNGKey(0),
-                                              toks))['params'])[0]
+                                              toks))['params'])[non_embedding]
 
 
 def tokens(cfg, seed: int = 1):

@@ -12,6 +12,7 @@ from depthscale.errors import ConfigError
 from depthscale.results import intervals
 from depthscale.model.transformer import make_model
 from depthscale.training.optim import make_optimizer
+from tests.helpers import param_count
 from depthscale.training.steps import init_state
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -129,3 +130,18 @@ def test_dyt_budget_varies_the_norm_and_the_budget_it_states():
     tokens = cfg.train.steps * cfg.data.batch_size * cfg.data.seq_len
     ratio = natural_text.tokens_per_param(cfg)
     assert f'{cfg.train.steps} steps ({tokens:,} tokens, {ratio:.2g} per non-embedding parameter' in words
+
+
+@pytest.mark.parametrize('config', ['method_survey.py:tokens20', 'repro_depth_transfer.py:tokens20'])
+def test_tokens20_sizes_train_twenty_tokens_per_non_embedding_parameter(config):
+  """The headline sizes of docs/claims.md, on python_docs: 20 tokens per non-embedding
+  parameter (method_survey: of its baseline, 19.97; the variants that add parameters, Keel
+  and AttnRes, train the same tokens at 19.6 and 19.55)."""
+  resolved = experiment.resolve(os.path.join(ROOT, 'experiments', config), check_machine=False)
+  counts = {}
+  for r, cfg in resolved:
+    key = (cfg.model.num_layers, cfg.model.d_model, cfg.model.block, cfg.model.residual, cfg.model.norm)
+    counts.setdefault(key, param_count(cfg, non_embedding=True))
+    ratio = cfg.train.steps * cfg.data.batch_size * cfg.data.seq_len / counts[key]
+    assert 19.5 <= ratio < 20.5, (r.name, ratio)
+    assert cfg.data.source == 'python_docs' and cfg.train.eval_every == cfg.train.steps
