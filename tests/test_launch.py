@@ -103,6 +103,18 @@ def test_quickstart_ladder_through_the_launcher_equals_a_sequential_run(cluster,
   assert 'eval_loss' in res.stdout  # the ladder's table
 
 
+def test_without_ray_address_it_starts_its_own_instance_beside_a_running_cluster(cluster, tmp_path):
+  """A cluster already running on this host (the tests') is not joined without RAY_ADDRESS:
+  its shutdown would kill the run's actors."""
+  env = {k: v for k, v in os.environ.items() if k != 'RAY_ADDRESS'}
+  res = subprocess.run([sys.executable, '-m', 'depthscale.launch', f'--config={LADDER}',
+                        f'--workdir={tmp_path}', '--rung=L1'], cwd=ROOT, text=True,
+                       capture_output=True, timeout=TIMEOUT, env=env)
+  assert res.returncode == 0, res.stderr[-3000:]
+  assert 'rungs on the Ray cluster started here (1 node;' in res.stdout
+  assert len(cluster.list_all_nodes()) == 3  # the running cluster untouched
+
+
 def test_a_rung_whose_node_dies_is_retried_elsewhere_and_ends_equal(cluster, tmp_path,
                                                                      long_reference):
   proc = start(cluster, f'--config={LADDER}:long', f'--workdir={tmp_path}')

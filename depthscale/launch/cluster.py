@@ -18,14 +18,15 @@ CONNECT_TIMEOUT_S = 10  # an unreachable RAY_ADDRESS is refused after this
 
 
 def connect(address: str | None):
-  """ray.init on the cluster at `address` (RAY_ADDRESS) or on a new local instance; the
-  module `ray` and the dashboard's URL. ConfigError (one line) if the address cannot be
-  reached."""
+  """ray.init on the cluster at `address` (RAY_ADDRESS) or on a new local instance (Ray's
+  'local': without it ray.init joins the latest cluster started on this host, whose
+  shutdown would then take the run's actors with it); the module `ray` and the dashboard's
+  URL. ConfigError (one line) if the address cannot be reached."""
   import ray  # pylint: disable=import-outside-toplevel
   if address and address != 'auto':
     _check_reachable(address)
   try:
-    context = ray.init(address=address or None, logging_level='ERROR', log_to_driver=False)
+    context = ray.init(address=address or 'local', logging_level='ERROR', log_to_driver=False)
   except (ConnectionError, RuntimeError, ValueError, TimeoutError) as e:
     text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
     raise ConfigError(f'RAY_ADDRESS={address!r} is invalid: allowed the address of a running '
