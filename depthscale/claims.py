@@ -42,7 +42,8 @@ def main(argv: list[str] | None = None) -> None:
       parser.exit(2, f'error: no --runs given and no records in {records.DIR}/ (run from the '
                      'repository root)\n')
     runs = {records.key(path): path for path in kept}
-    note = ' '.join(dict.fromkeys(records.read(path)[1] for path in kept)) + (f' {note}' if note else '')
+    notes = [records.read(path)[1].rstrip('.') for path in kept] + ([note] if note else [])
+    note = '. '.join(dict.fromkeys(notes))
   table = claims.evaluate({key: loader.load(path) for key, path in runs.items()})
   storage.write_text(args.out, claims.markdown(table, note.strip()))
   counts = table.verdict.value_counts()

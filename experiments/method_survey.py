@@ -1,8 +1,10 @@
 """Every method of docs/methods.md that trains from scratch, each at its own best learning
 rate, on natural text: the measurement behind most rows of docs/claims.md.
 
-Run (arg = smoke | cpu; default cpu):
+Run (arg = smoke | cpu | tokens20; default cpu):
   python -m depthscale.main --config=experiments/method_survey.py:cpu --workdir=runs/method_survey
+  python -m depthscale.launch --config=experiments/method_survey.py:tokens20 \
+      --workdir=runs/survey20 --config.launch.cpus=1   # both cores: two rungs at a time
   python -m depthscale.compare runs/method_survey   # best rate, seeds, mean and 95% t interval
   python -m depthscale.claims --runs method_survey:cpu=runs/method_survey ...
 
@@ -45,6 +47,26 @@ Every best rate lies inside its variant's sweep (the sweep table's `edge` column
 the 20 variants whose best grid rate was an edge (16 at 3e-2, 4 at 1e-3), 18 keep it, worse
 one step past it (9e-2 or 3.3e-4); NormFormer and BHyT move to 9e-2 (0.27 is worse), where
 their seeds end at 3.14 [2.77, 3.52] and 3.08 [2.49, 3.67] (3.16 and 3.02 at 3e-2 before).
+
+Size tokens20 (the rows of docs/claims.md, kept in records/method_survey.tokens20.json.gz):
+the notebooks' headline variants (HEADLINE: Pre-LN, Post-LN, Mix-LN, LNS, DeepNorm, Keel,
+DyT, AttnRes, and Pre-LN wide and shallow at the same non-embedding matrices, L2 d32 against
+L8 d16) at L8 d16, 2 heads, T 64, batch 16, 490 steps: 501,760 tokens, 20 per non-embedding
+parameter of the baseline (19.55-20.15 across the variants), python_docs. Stage 1 at 1e-3,
+3e-3, 1e-2, 3e-2 (seed 0), then 5 seeds at each of the two best rates (finalists=2), the
+variant's rate the one with the lower mean. 126 rungs through the launcher (launch.cpus=1,
+two at a time) in 81 min of wall time on the 2-core host beside a test-suite job (load
+average 2.5-11.5, mean 7.8). Measured (final eval loss, mean [95% t] over 5 seeds; the
+claims' verdicts from the paired per-seed differences): wide-shallow 2.09 [2.02, 2.16] at
+1e-2, LNS 2.33 [2.21, 2.45], Keel 2.36 [2.33, 2.38] at 1e-2, Pre-LN 2.36 [2.23, 2.50],
+AttnRes 2.45 [2.36, 2.55], DeepNorm 2.55 [2.29, 2.81] at 1e-2, Mix-LN 2.56 [2.46, 2.67] at
+1e-2, Post-LN 2.69 [2.66, 2.71] at 3e-3, DyT 3.24 [3.21, 3.27] (at 3e-2 where no rate is
+given: the grid's highest, so those optima may lie beyond it). Paired against Pre-LN:
+Post-LN +0.32 [+0.19, +0.46], Mix-LN +0.20 [+0.03, +0.37], DyT +0.88 [+0.74, +1.01],
+wide-shallow -0.28 [-0.36, -0.19] (separated); LNS -0.04, Keel -0.01, AttnRes +0.09,
+DeepNorm +0.19 (not separated). Mix-LN is below Post-LN (-0.13 [-0.22, -0.04]). Pre-LN's
+rate shows why one seed does not pick it: seed 0 chose 3e-2, the first 3 fresh seeds
+preferred 1e-2, all 5 prefer 3e-2.
 
 Not here: the parametrizations (muP, depth-muP, CompleteP), whose claim is a transfer of
 the best rate across width or depth (experiments/depth_mup_transfer.py), and the procedures

@@ -2,8 +2,8 @@
 ladder under the standard parametrization, depth-muP (branches times (L/L0)^-1/2) and
 CompleteP ((L/L0)^-1, hidden Adam LR unchanged). Backs notebooks/depth_transfer.py.
 
-Run (arg = smoke | cpu | paper, or smoke-text | cpu-text for the sweep on natural text;
-default cpu):
+Run (arg = smoke | cpu | paper | tokens20, or smoke-text | cpu-text for the sweep on natural
+text; default cpu):
   python -m depthscale.main --config=experiments/repro_depth_transfer.py:cpu --workdir=runs/depth_transfer
   python -m depthscale.coord_check --config=experiments/repro_depth_transfer.py:cpu --vary=num_layers \
       --values=2,4,8,16 --out=runs/coord --config.model.parametrization=completep
@@ -18,6 +18,14 @@ jobs at load average 4-9), the best of the 4 rates at L 2 / 4 / 8 / 16: standard
 1e-2, 3e-3; depth-muP 3e-3, 3e-2, 3e-2, 3e-2; CompleteP 3e-3, 3e-2, 3e-3, 3e-3 (final eval
 loss at the best 2.858, 2.609, 2.802, 2.850); one seed per point, so a move of the best
 rate is not separated from seed noise (notebooks/depth_transfer.py, section 5).
+Size tokens20 (rows of docs/claims.md, kept in records/repro_depth_transfer.tokens20.json.gz):
+depth-muP and CompleteP at d16 (1 head), L 2 / 4 / 8, rates 1e-3 to 3e-2, one seed, each
+depth trained 20 tokens per non-embedding parameter of python_docs (124 / 248 / 495 steps of
+16 x 64 tokens). 24 rungs through the launcher (two at a time) in 15 min beside a CI run.
+Measured, the best rate at L 2 / 4 / 8: depth-muP 3e-2, 1e-2, 3e-2 (final eval loss 3.14,
+2.78, 2.18: one grid step apart, so not separated); CompleteP 3e-2 at every depth (3.14,
+2.80, 2.25). 3e-2 is the grid's highest rate: CompleteP's optimum may lie beyond it at every
+depth, so its 'transfer' here is a shared edge, not a shared interior optimum.
 Paper size: d 1024, 16 heads, T 2048, depths 2-128, with GPT-2's 50,257-token BPE
 vocabulary padded to 50,304. CompleteP (Dey et al. 2025) trains pre-LN GPT-style models of
 depth 2-128 on SlimPajama (its 1.5B non-embedding models at 20 tokens per parameter). The
