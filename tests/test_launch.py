@@ -82,7 +82,7 @@ def wait_for_checkpoint(proc: subprocess.Popen, rung_dir: str) -> None:
 
 @pytest.fixture(scope='module')
 def long_reference(tmp_path_factory):
-  """The 300-step rung of the launcher ladder, run to its end by depthscale.main."""
+  """The long rung of the launcher ladder, run to its end by depthscale.main."""
   workdir = tmp_path_factory.mktemp('long_reference')
   sequential(f'--config={LADDER}:long', f'--workdir={workdir}', **ONE_THREAD)
   return eval_loss(workdir, 'L2')
