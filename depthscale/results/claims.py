@@ -23,16 +23,14 @@ import re
 import numpy as np
 import pandas as pd
 
-from depthscale.results import intervals
+from depthscale.results import intervals, papers
+from depthscale.results.papers import NO_NUMBER, SECONDARY  # pylint: disable=unused-import
 from depthscale.results.loader import Results
 
 REPRODUCES, NOT_AT_SIZE = 'reproduces', 'does not at this size'
 CONTRADICTS, NOT_MEASURED = 'contradicts', 'not measured'
 MEASURED = 'measured, no verdict'
 VERDICTS = (REPRODUCES, NOT_AT_SIZE, CONTRADICTS, MEASURED, NOT_MEASURED)
-NO_NUMBER = 'no number found: full text not found or not read here'
-# numbers seen only in others' summaries of the paper are not quoted: they could not be checked
-SECONDARY = 'no number quoted: only secondary summaries were reached, not the paper'
 LOSS = 'final_eval_loss'
 AXES = {'L': 'depth', 'd': 'width'}  # Transfers.axis: the rung-name prefix of the size
 
@@ -251,175 +249,64 @@ VALUE_RES = 'Zhou et al. 2024, arXiv 2410.17897; arXiv 2605.03953'
 TRANSFERS = ('depth_mup_transfer', 'repro_depth_transfer')
 SURVEY = 'method_survey'  # experiments/method_survey.py: every method at its own best rate
 BEST = ', each at its best rate'
-# what the papers report, from their full text (table, figure or section cited); 'loss gap':
-# the natural-log cross-entropy difference a - b (ln of the perplexity ratio where the paper
-# gives perplexities)
-XIONG_NO_WARMUP = ('IWSLT14 De-En Transformer, Adam, no warmup: Post-LN BLEU 8.45; Pre-LN BLEU ~34, '
-                   'val loss ~4; Post-LN loss only as curves (Sections 3.2, 4.2, Figures 2, 4)')
-XIONG_WARMUP = ('IWSLT14 De-En Transformer, Adam: Post-LN BLEU 8.45 without warmup vs ~34 with 4,000 '
-                'warmup steps (31.16 / 2.77 with 500 steps at lr 5e-4 / 1e-3); no loss number, curves '
-                'only (Section 3.2, Figure 2)')
-# DeepNet's Table 1 is an image in every copy found; its Section 5.1 text (read in a bilingual
-# copy of the paper) gives the numbers below, and no Pre-LN BLEU at a given depth
-DEEPNET_PRE = ('WMT-17 En-De, base size: DeepNet reaches BLEU 28.9 at 100L-100L and outperforms all '
-               'Pre-LN baselines; the Pre-LN BLEU per depth (Table 1, an image) not read; no loss number '
-               '(Section 5.1 text)')
-DEEPNET_POST = ('WMT-17 En-De, base size: Pre-LN is 0.5-1.0 BLEU below the converged Post-LN models; '
-                'Post-LN diverges at 50L-50L and deeper; no loss number (Section 5.1 text; Table 1, an '
-                'image, not read)')
-MIXLN_PRE = ('LLaMA-1B, 5B tokens (C4): Mix-LN ppl 18.18 vs Pre-LN 18.65, -2.5% ppl, loss gap -0.026 '
-             '(Table 1, v1)')
-MIXLN_POST = ('LLaMA-130M, 2.2B tokens (C4): Mix-LN ppl 26.07 vs Post-LN 26.95, -3.3% ppl, loss gap '
-              '-0.033; Post-LN diverges at 250M and 1B (ppl 1409, 1412) (Table 1, v1)')
-COD_LNS = ('LLaMA-1B, 8.9B tokens (C4): LNS ppl 15.71 vs Pre-LN 17.02, -7.7% ppl, loss gap -0.080 '
-           '(Table 1, v1)')
-DYT_LM = ('LLaMA 7B, 200B tokens (The Pile): train loss DyT 1.60 vs RMSNorm 1.59, gap +0.01; 70B: '
-          '1.45 vs 1.45 (Table 4; the LLM baseline is RMSNorm)')
-DERF_LN = ('GPT-2 124M, OpenWebText: val loss Derf 2.94 vs LN 2.94, gap 0.00 (Table 12; tokens not '
-           'given there; its gains over LN are in vision, speech, DNA)')
-DERF_DYT = 'GPT-2 124M, OpenWebText: val loss Derf 2.94 vs DyT 2.97, gap -0.03 (Table 12)'
-ATTNRES_REPORTED = ('Block AttnRes reaches the loss of a baseline with 1.25x its compute (scaling-law '
-                    'fit); Kimi Linear 48B (3B active), 1.4T tokens: MMLU 74.6 vs 73.5; no loss number '
-                    'read (official README; the paper\'s tables not read)')
-KEEL_REPORTED = ('no loss or perplexity number: loss only as curves (Figures 5, 8; at peak rate 1.5e-3 '
-                 'Pre-LN\'s training loss is slightly lower than Keel\'s); 512L d1024 (3B), 1T tokens: '
-                 'benchmark average Keel 62.5 vs Pre-LN 58.7 (Table 6); 256L (3B), FineWeb-Edu 40B '
-                 'tokens: 68.2 vs 66.7 (Table 4) (arXiv 2601.19895 v2)')
-DENSEFORMER_REPORTED = ('48 blocks, 378M params, OpenWebText2, 40k steps x 400 x 256 tokens (4.1B): ppl '
-                        'DenseFormer 17.84 vs Transformer 18.61, -4.1% ppl, loss gap -0.042; 72 blocks: '
-                        '17.12 vs 17.82, loss gap -0.040 (Table 1, 3 seeds)')
-LAYERDROP_REPORTED = ('WikiText-103 (100M tokens), 16-layer 247M adaptive-input Transformer, LayerDrop p '
-                      '0.2: test ppl 18.3 vs 18.7, -2.1% ppl, loss gap -0.022 (Table 2)')
-SUBLN_REPORTED = ('no loss number: causal LM (GPT-3 Medium 350M config at 24L, 500K steps; 48L, 72L) '
-                  'reported as zero-shot and few-shot accuracy (Tables 1-3, images, not read); in the text: '
-                  'BERT-base MLM, 125K steps: GLUE +0.6 on average over Post-LN and Pre-LN (Section 4.2); '
-                  'OPUS-100 18L-18L: +0.5 BLEU over Pre-LN, +0.6 over NormFormer (Section 4.3) (arXiv '
-                  '2210.06423, read in a bilingual copy)')
-RELAXED_REPORTED = ('recursive Gemma 1B (from Gemma 2B): up to +13.5 few-shot accuracy over a Gemma 1B '
-                    'pretrained from scratch; with distillation, 60B uptraining tokens, on par with the '
-                    'full Gemma 2B (Section 1); the relaxed-vs-recursive gap (Section 3) not read; no loss '
-                    'number read')
-MHC_REPORTED = ('27B MoE (4.14B active, 30 layers, n 4), 262B tokens: final training loss 0.021 below '
-                'the residual baseline, gap -0.021 (Section 5.2, Figure 5a; sizes and tokens Table 5); '
-                'BBH 51.0 vs 43.8, MMLU 63.4 vs 59.0 (Table 4)')
-PERILN_REPORTED = SECONDARY
-PRIMER_REPORTED = SECONDARY
-GROMOV_REPORTED = ('Llama-2 7B-70B, Qwen, Mistral-7B, Phi-2, healed by QLoRA on 164M or 328M C4 tokens: 5-shot '
-                   'MMLU stays near the unpruned score until 45%-55% of the layers are removed (Llama-2), 35% '
-                   '(Mistral-7B), 25% (Phi-2), 20% (Qwen) (Section 4.1, Figure 2); C4 validation loss after '
-                   'healing rises slowly and linearly with the fraction removed, curves only (Section 4.2, '
-                   'Figure 3): no loss number')
-COMPLETEP_REPORTED = ('abstract: CompleteP (alpha = 1) gives depth-wise HP transfer, non-lazy learning in all '
-                      'layers and "12-34% compute efficiency improvements over the prior state-of-the-art"; no loss '
-                      'gap or per-depth optimum read (the full text not reached) (arXiv 2505.01618)')
-UT_REPORTED = ('WMT14 En-De, same parameter count: UT base BLEU 28.9 vs Transformer base 28.0 (Table 7); '
-               'LAMBADA LM, control set: UT base 6 steps ppl 131 vs Transformer 142, loss gap -0.081 (Table 3)')
-PRORES_REPORTED = ('Pre-LN 1.3B, 50B C4 tokens: ppl ProRes 9.86 vs 10.32, -4.5% ppl, loss gap -0.046 (350M: '
-                   '11.74 vs 12.36, gap -0.052; 130M: 14.30 vs 14.67, gap -0.026) (Table 2); 350M, 6B tokens, '
-                   'linear schedule over 24k steps: 14.43 vs 15.21, gap -0.053 (Table 6); depth 12-120 layers '
-                   'as curves only (Figure 1) (arXiv 2603.05369 v1)')
-MODA_REPORTED = ('1.5B, 400B tokens, against OLMo2-1.5B: C4 ppl MoDA 15.97 vs 16.16, -1.2% ppl, loss gap '
-                 '-0.012 (mean of 10 validation sets 13.47 vs 13.67, gap -0.015); 700M: C4 18.29 vs 18.32, gap '
-                 '-0.002; downstream average 64.39 vs 62.28 (official README tables)')
-LLR_REPORTED = ('LLaMA 1B on FineWeb: validation ppl LLR 9.59 vs uniform rate 9.77, -1.8% ppl, loss gap -0.019 '
-                '(350M: 12.71 vs 12.96, gap -0.019; 135M: 17.03 vs 17.86, gap -0.048; 60M: 20.30 vs 21.94, gap '
-                '-0.078); tokens per size not given there (abstract: up to 100B); 1B zero-shot average 49.02 vs '
-                '47.09 (official README tables)')
-QKSLOW_REPORTED = ('abstract (arXiv 2605.10504 v1): temporarily slowing only the upper layers\' Q and K '
-                   'projections early in training improves a 270M GPT-style decoder\'s final perplexity, token '
-                   'efficiency and downstream accuracy, and is nearly unnecessary in LLaMA-style blocks (gated '
-                   'FFNs); no number read (the full text not reached)')
-MUP_REPORTED = ('the optimal rate across width as curves only (Figure 1: Transformers on WikiText-2 at d 128 '
-                '-8192; Figure 3: MLP): no number; tuned on a 40M proxy (7% of pretraining compute), GPT-3 6.7B: '
-                'validation loss 1.98 vs 2.03 for a re-run with the original HPs, gap -0.05 (the re-run used '
-                'absolute attention and FP16) (Table 7); from a 13M proxy, BERT-large: test loss 1.683 vs '
-                'Megatron default 1.731, gap -0.048 (BERT-base 1.970 vs 1.995, gap -0.025) (Table 6) (arXiv '
-                '2203.03466 v2)')
-DEEPSCALELM_REPORTED = ('the ICLR 2024 submission\'s abstract (OpenReview): deep models improve perplexity by 1.0 '
-                        'point and downstream tasks by 2.2 points over shallow ones at equal parameters, and beat '
-                        'shallow models with twice the parameters (BERT-style masked LM; the base perplexity not '
-                        'given there, so no loss gap); the published abstract (arXiv 2403.09635, up to 1000 layers) '
-                        'gives no number; the full tables not read')
-CSORDAS_REPORTED = ('analysis of trained models (Llama 3.1 70B on GSM8K; Qwen, OLMo 2 in the appendix): '
-                    'second-half layers contribute less to the residual and skipping one barely changes later '
-                    'layers or future tokens, as plots only (Section 3, Figures 2, 3); yet they are as important '
-                    'for the current token\'s prediction (Figure 17a); no loss number (arXiv 2505.13898)')
-DEPTHBENCH_REPORTED = ('10 architectures, each at a fixed size and recipe over d_model / n_layer: Pre-LN and most '
-                       'norm- and scaling-based variants "provide little benefit and can even degrade performance" '
-                       'as shapes get deeper and narrower (abstract); ' + NO_NUMBER)
-TP6_REPORTED = ('resnets with one layer per block: Depth-muP (branch a/sqrt(L), Adam rate eta/sqrt(L)) '
-                'admits depthwise HP transfer, shown empirically; with two or more layers per block (MLP '
-                'blocks; a Megatron Transformer on Common Crawl) the optimal HPs shift with depth and do '
-                'worse (Sections 1.2, 1.3); no loss number read (the experiments\' figures not read) (arXiv '
-                '2310.02244 v5)')
-BORDELON_REPORTED = ('abstract (arXiv 2309.16620 v2): ResNets and Vision Transformers with 1/sqrt(depth) '
-                     'branches and muP transfer the optimal HPs across width and depth on CIFAR-10 and '
-                     'ImageNet; no language model, no number read (the full text not reached)')
-PARALLEL_REPORTED = ('PaLM (Section 2, Parallel Layers): ablations "showed a small quality degradation at 8B '
-                     'scale but no quality degradation at 62B scale", no number given; about 15% faster training '
-                     'at large scale; no loss number (GPT-J, GPT-NeoX: none read)')
-LAYERNORM_REPORTED = ('no Transformer or language-model loss number (recurrent models): DRAW, binarized MNIST, '
-                      '200 epochs: test NLL 82.09 vs 82.36 nats, gap -0.27 nats per image (Section 6.4); order '
-                      'embeddings reach their best validation model in 60% of the baseline\'s time (Section 6.1); '
-                      'attentive reader, handwriting: curves only (Figures 2, 5) (arXiv 1607.06450)')
 C = Claim
 CLAIMS: tuple[Claim, ...] = (
     # the notebooks' papers: placements, warmup, depth
     C('Pre-LN', XIONG, 'without warmup at a large rate Post-LN trains far worse than Pre-LN',
-      XIONG_NO_WARMUP, 'repro_pre_vs_post_ln',
+      papers.XIONG_NO_WARMUP, 'repro_pre_vs_post_ln',
       Below('pre_ln', 'post_ln')),
     C('Post-LN', XIONG, 'learning-rate warmup rescues Post-LN',
-      XIONG_WARMUP, 'repro_pre_vs_post_ln',
+      papers.XIONG_WARMUP, 'repro_pre_vs_post_ln',
       Below('post_ln_warmup', 'post_ln')),
     C('Post-LN', XIONG, 'learning-rate warmup rescues Post-LN' + BEST,
-      XIONG_WARMUP, SURVEY,
+      papers.XIONG_WARMUP, SURVEY,
       Below('post_ln', 'post_ln_no_warmup')),
     C('Post-LN', DEEPNET, 'trained stably (each at its best rate), Post-LN ends below Pre-LN',
-      DEEPNET_POST, SURVEY,
+      papers.DEEPNET_POST, SURVEY,
       Below('post_ln', 'pre_ln')),
     C('DeepNorm', DEEPNET, 'DeepNorm trains where Post-LN does not',
       '200 layers, 3.2B params: +5 BLEU over a 48-layer 12B model; trains 1,000 layers',
       'repro_pre_vs_post_ln', Below('deepnorm', 'post_ln')),
     C('DeepNorm', DEEPNET, 'DeepNorm keeps Post-LN\'s performance: below Pre-LN at each one\'s best rate',
-      DEEPNET_PRE, SURVEY, Below('deepnorm', 'pre_ln')),
+      papers.DEEPNET_PRE, SURVEY, Below('deepnorm', 'pre_ln')),
     C('Keel', 'Chen & Wei 2026 (Post-LayerNorm Is Back)', 'Keel improves perplexity over Pre-LN',
-      KEEL_REPORTED, 'repro_pre_vs_post_ln', Below('keel', 'pre_ln')),
+      papers.KEEL_REPORTED, 'repro_pre_vs_post_ln', Below('keel', 'pre_ln')),
     C('Keel', 'Chen & Wei 2026 (Post-LayerNorm Is Back)', 'Keel improves perplexity over Pre-LN' + BEST,
-      KEEL_REPORTED, SURVEY, Below('keel', 'pre_ln')),
-    C('Mix-LN', MIXLN, 'Mix-LN outperforms Post-LN', MIXLN_POST,
+      papers.KEEL_REPORTED, SURVEY, Below('keel', 'pre_ln')),
+    C('Mix-LN', MIXLN, 'Mix-LN outperforms Post-LN', papers.MIXLN_POST,
       'repro_pre_vs_post_ln', Below('mix_ln', 'post_ln')),
-    C('Mix-LN', MIXLN, 'Mix-LN outperforms Pre-LN', MIXLN_PRE,
+    C('Mix-LN', MIXLN, 'Mix-LN outperforms Pre-LN', papers.MIXLN_PRE,
       'repro_curse_of_depth', Below('mix_ln', 'pre_ln')),
-    C('Mix-LN', MIXLN, 'Mix-LN outperforms Pre-LN' + BEST, MIXLN_PRE,
+    C('Mix-LN', MIXLN, 'Mix-LN outperforms Pre-LN' + BEST, papers.MIXLN_PRE,
       SURVEY, Below('mix_ln', 'pre_ln')),
-    C('Mix-LN', MIXLN, 'Mix-LN outperforms Post-LN' + BEST, MIXLN_POST,
+    C('Mix-LN', MIXLN, 'Mix-LN outperforms Post-LN' + BEST, papers.MIXLN_POST,
       SURVEY, Below('mix_ln', 'post_ln')),
     C('LayerNorm Scaling', COD, 'LayerNorm Scaling lowers the loss of Pre-LN',
-      COD_LNS, 'repro_curse_of_depth', Below('lns', 'pre_ln')),
+      papers.COD_LNS, 'repro_curse_of_depth', Below('lns', 'pre_ln')),
     C('LayerNorm Scaling', COD, 'LayerNorm Scaling lowers the loss of Pre-LN' + BEST,
-      COD_LNS, SURVEY, Below('lns', 'pre_ln')),
+      papers.COD_LNS, SURVEY, Below('lns', 'pre_ln')),
     C('LayerNorm Scaling', COD, 'deep blocks count more with LNS: a larger effective depth than Pre-LN' + BEST,
       'LLaMA-130M: pruning a deep layer costs more with LNS than with Pre-LN, as curves only '
       '(Figure 4); no number', SURVEY, Below('pre_ln', 'lns'), 'effective_depth/skip'),
-    C('DyT', DYT, 'DyT matches or exceeds LayerNorm', DYT_LM, 'repro_norm_free',
+    C('DyT', DYT, 'DyT matches or exceeds LayerNorm', papers.DYT_LM, 'repro_norm_free',
       NotAbove('dyt', 'layernorm')),
-    C('DyT', DYT, 'DyT matches or exceeds LayerNorm' + BEST, DYT_LM, SURVEY,
+    C('DyT', DYT, 'DyT matches or exceeds LayerNorm' + BEST, papers.DYT_LM, SURVEY,
       NotAbove('dyt', 'pre_ln')),
-    C('Derf', DERF, 'Derf outperforms LayerNorm', DERF_LN, 'repro_norm_free',
+    C('Derf', DERF, 'Derf outperforms LayerNorm', papers.DERF_LN, 'repro_norm_free',
       Below('derf', 'layernorm')),
-    C('Derf', DERF, 'Derf outperforms DyT', DERF_DYT, 'repro_norm_free', Below('derf', 'dyt')),
-    C('Derf', DERF, 'Derf outperforms LayerNorm' + BEST, DERF_LN, SURVEY, Below('derf', 'pre_ln')),
-    C('Derf', DERF, 'Derf outperforms DyT' + BEST, DERF_DYT, SURVEY, Below('derf', 'dyt')),
+    C('Derf', DERF, 'Derf outperforms DyT', papers.DERF_DYT, 'repro_norm_free', Below('derf', 'dyt')),
+    C('Derf', DERF, 'Derf outperforms LayerNorm' + BEST, papers.DERF_LN, SURVEY, Below('derf', 'pre_ln')),
+    C('Derf', DERF, 'Derf outperforms DyT' + BEST, papers.DERF_DYT, SURVEY, Below('derf', 'dyt')),
     C('DyT', 'DyT is regime-dependent (2026)', 'DyT helps at small token budgets, hurts at large',
       'GPT-2 64M: -27.3% val loss at 1M tokens, +18.8% at 118M', 'dyt_budget',
       Both(Below('dyt_small', 'ln_small'), Below('ln_large', 'dyt_large'))),
-    C('ProRes', PRORES, 'progressive residual warmup lowers the final loss', PRORES_REPORTED,
+    C('ProRes', PRORES, 'progressive residual warmup lowers the final loss', papers.PRORES_REPORTED,
       'repro_training_dynamics', Below('prores', 'pre_ln')),
-    C('ProRes', PRORES, 'progressive residual warmup lowers the final loss' + BEST, PRORES_REPORTED,
+    C('ProRes', PRORES, 'progressive residual warmup lowers the final loss' + BEST, papers.PRORES_REPORTED,
       SURVEY, Below('prores', 'pre_ln')),
-    C('LayerDrop', LAYERDROP, 'LayerDrop regularizes: lower final loss', LAYERDROP_REPORTED,
+    C('LayerDrop', LAYERDROP, 'LayerDrop regularizes: lower final loss', papers.LAYERDROP_REPORTED,
       'repro_training_dynamics', Below('layerdrop', 'pre_ln')),
-    C('LayerDrop', LAYERDROP, 'LayerDrop regularizes: lower final loss' + BEST, LAYERDROP_REPORTED,
+    C('LayerDrop', LAYERDROP, 'LayerDrop regularizes: lower final loss' + BEST, papers.LAYERDROP_REPORTED,
       SURVEY, Below('layerdrop', 'pre_ln')),
     C('LayerSkip', LAYERSKIP, 'layer dropout plus early-exit loss makes early exits accurate',
       'Llama models; self-speculative decoding up to 2.16x faster', SURVEY,
@@ -434,35 +321,35 @@ CLAIMS: tuple[Claim, ...] = (
       'SHCx4 2.791) (Table 2)', SURVEY,
       Below('hyper_connections', 'pre_ln')),
     C('AttnRes / Block AttnRes', ATTNRES, 'attention over earlier layers beats the fixed residual sum',
-      ATTNRES_REPORTED, 'repro_width_depth_ladder', Below('attn_res_d64_L8', 'pre_ln_d64_L8')),
+      papers.ATTNRES_REPORTED, 'repro_width_depth_ladder', Below('attn_res_d64_L8', 'pre_ln_d64_L8')),
     C('AttnRes / Block AttnRes', ATTNRES, 'attention over earlier layers beats the fixed residual sum' + BEST,
-      ATTNRES_REPORTED, SURVEY, Below('attn_res', 'pre_ln')),
+      papers.ATTNRES_REPORTED, SURVEY, Below('attn_res', 'pre_ln')),
     C('DenseFormer (DWA)', DENSEFORMER, 'depth-weighted averages of past block outputs lower the loss',
-      DENSEFORMER_REPORTED, 'repro_width_depth_ladder', Below('denseformer_d64_L8', 'pre_ln_d64_L8')),
+      papers.DENSEFORMER_REPORTED, 'repro_width_depth_ladder', Below('denseformer_d64_L8', 'pre_ln_d64_L8')),
     C('DenseFormer (DWA)', DENSEFORMER,
-      'depth-weighted averages of past block outputs lower the loss' + BEST, DENSEFORMER_REPORTED, SURVEY,
+      'depth-weighted averages of past block outputs lower the loss' + BEST, papers.DENSEFORMER_REPORTED, SURVEY,
       Below('denseformer', 'pre_ln')),
     *(C('depth-muP', 'Yang et al. 2023 (Tensor Programs VI)', 'the optimal learning rate transfers across depth',
-        TP6_REPORTED, e, Transfers('depth_mup')) for e in TRANSFERS),
+        papers.TP6_REPORTED, e, Transfers('depth_mup')) for e in TRANSFERS),
     *(C('depth-muP', 'Bordelon et al. 2023 (depthwise hyperparameter transfer)',
-        '1/sqrt(L) branch scaling makes the optimal rate transfer across depth', BORDELON_REPORTED,
+        '1/sqrt(L) branch scaling makes the optimal rate transfer across depth', papers.BORDELON_REPORTED,
         e, Transfers('depth_mup')) for e in TRANSFERS),
     C('Pre-LN', 'Wang et al. 2026 (DepthBench), arXiv 2609.32534',
       'at a fixed size, deep-narrow Pre-LN gains little or loses against wide-shallow',
-      DEPTHBENCH_REPORTED, 'repro_width_depth_ladder',
+      papers.DEPTHBENCH_REPORTED, 'repro_width_depth_ladder',
       NotAbove('pre_ln_d128_L2', 'pre_ln_d32_L32')),
     C('Pre-LN', 'Wang et al. 2026 (DepthBench), arXiv 2609.32534',
       'at a fixed size, deep-narrow Pre-LN gains little or loses against wide-shallow' + BEST,
-      DEPTHBENCH_REPORTED, SURVEY, NotAbove('wide_shallow', 'pre_ln')),
+      papers.DEPTHBENCH_REPORTED, SURVEY, NotAbove('wide_shallow', 'pre_ln')),
     *(C('CompleteP', 'Dey et al. 2025 (CompleteP)', 'alpha = 1 transfers hyperparameters across depth and trains deep models compute-efficiently',
-        COMPLETEP_REPORTED, e, Transfers('completep')) for e in TRANSFERS),
+        papers.COMPLETEP_REPORTED, e, Transfers('completep')) for e in TRANSFERS),
     # every other method of docs/methods.md, measured by the survey
     C('Peri-LN', 'Kim et al. 2025 (Peri-LN)', 'Peri-LN balances variance growth and trains better than Pre-LN',
-      PERILN_REPORTED, SURVEY, Below('peri_ln', 'pre_ln')),
+      papers.PERILN_REPORTED, SURVEY, Below('peri_ln', 'pre_ln')),
     C('Sandwich-LN', 'Ding et al. 2021 (CogView)', 'sandwich norms stabilize training', NO_NUMBER,
       SURVEY, NotAbove('sandwich_ln', 'pre_ln')),
     C('Sub-LN (Magneto)', 'Wang et al. 2022 (Foundation Transformers)', 'Sub-LN performs better than the usual placements',
-      SUBLN_REPORTED, SURVEY, Below('sub_ln', 'pre_ln')),
+      papers.SUBLN_REPORTED, SURVEY, Below('sub_ln', 'pre_ln')),
     C('NormFormer', 'Shleifer et al. 2021 (NormFormer)', 'extra norms improve Pre-LN pre-training perplexity',
       '1.3B: equal perplexity 24% faster, 0.27 lower perplexity at equal compute',
       SURVEY, Below('normformer', 'pre_ln')),
@@ -489,7 +376,7 @@ CLAIMS: tuple[Claim, ...] = (
     C('LayerRoPE (interpretation)', 'LayerRoPE 2026', 'LayerRoPE beats Pre-, Post-, Peri-LN and LNS',
       "Pre-Norm's 1.3B loss with 3.4x less compute; up to 512 layers", SURVEY,
       Below('layer_rope', 'pre_ln')),
-    C('LayerNorm', 'Ba et al. 2016', 'normalization stabilizes and speeds up training', LAYERNORM_REPORTED,
+    C('LayerNorm', 'Ba et al. 2016', 'normalization stabilizes and speeds up training', papers.LAYERNORM_REPORTED,
       SURVEY, Below('pre_ln', 'no_norm')),
     C('RMSNorm', 'Zhang & Sennrich 2019, arXiv 1910.07467', 'RMSNorm performs comparably to LayerNorm',
       'comparable quality, 7% to 64% faster', SURVEY, NotAbove('rmsnorm', 'pre_ln')),
@@ -513,7 +400,7 @@ CLAIMS: tuple[Claim, ...] = (
     C('ReLU', 'Jha & Reagen 2024, arXiv 2410.09637', 'without LayerNorm, ReLU beats GELU',
       '8.2% perplexity improvement', SURVEY, Below('no_norm_relu', 'no_norm')),
     C('squared ReLU', 'So et al. 2021 (Primer), arXiv 2109.08668', 'squared ReLU improves language modelling',
-      PRIMER_REPORTED, SURVEY, Below('relu2', 'pre_ln')),
+      papers.PRIMER_REPORTED, SURVEY, Below('relu2', 'pre_ln')),
     C('SwiGLU', 'Shazeer 2020, arXiv 2002.05202', 'gated MLPs improve perplexity',
       'T5-base (12+12 layers, d 768), C4, 524,288 steps: held-out log-perplexity SwiGLU 1.636 vs '
       'GELU 1.679, gap -0.043 (Table 1)', SURVEY,
@@ -523,18 +410,18 @@ CLAIMS: tuple[Claim, ...] = (
     C('tapered MLP width (reconstruction)', TLM, 'the reverse allocation hurts', NO_NUMBER,
       SURVEY, Below('pre_ln', 'taper_reverse')),
     C('muP (Adam)', 'Yang et al. 2022 (Tensor Programs V)', 'the optimal learning rate transfers across width',
-      MUP_REPORTED, 'mup_width_transfer', Transfers('mup', axis='d')),
+      papers.MUP_REPORTED, 'mup_width_transfer', Transfers('mup', axis='d')),
     C('init: normal / xavier / small_init / depth_scaled', 'GPT-2; Glorot & Bengio 2010; Nguyen & Salazar 2019',
       'reference inits: small_init against normal', 'not a claim', SURVEY,
       Reference('small_init', 'pre_ln')),
     C('init: deepnorm', DEEPNET, 'see DeepNorm: with its init, DeepNorm trains where Post-LN does not',
       'see DeepNorm', SURVEY, Below('deepnorm', 'post_ln')),
     C('DeepScaleLM', 'Kedia et al. 2024 (DeepScaleLM)', 'deeper models with fewer parameters beat shallow ones',
-      DEEPSCALELM_REPORTED, SURVEY, Reference('deepscalelm', 'pre_ln')),
-    C('Q/K slow-down', 'arXiv 2605.10504', 'slowing upper-layer Q/K early improves final perplexity', QKSLOW_REPORTED,
+      papers.DEEPSCALELM_REPORTED, SURVEY, Reference('deepscalelm', 'pre_ln')),
+    C('Q/K slow-down', 'arXiv 2605.10504', 'slowing upper-layer Q/K early improves final perplexity', papers.QKSLOW_REPORTED,
       SURVEY, Below('qk_slow', 'pre_ln')),
     C('LLR', 'arXiv 2605.22297', 'layer-wise rates from heavy-tailedness converge faster',
-      LLR_REPORTED, SURVEY, Below('llr', 'pre_ln')),
+      papers.LLR_REPORTED, SURVEY, Below('llr', 'pre_ln')),
     C('AdamW', 'Loshchilov & Hutter 2019', 'reference optimizer', 'not a claim', SURVEY,
       Reference('pre_ln', 'muon')),
     C('Muon', 'Jordan et al. 2024; Park et al. 2025 (OSP)', 'Muon trains without outlier channels',
@@ -547,7 +434,7 @@ CLAIMS: tuple[Claim, ...] = (
     C('standard residual', 'He et al. 2016', 'reference residual', 'not a claim', SURVEY,
       Reference('pre_ln', 'no_norm')),
     C('mHC', 'Xie et al. 2025, arXiv 2512.24880', 'manifold-constrained hyper-connections train stably and better',
-      MHC_REPORTED, SURVEY, Below('mhc', 'pre_ln')),
+      papers.MHC_REPORTED, SURVEY, Below('mhc', 'pre_ln')),
     C('LAuReL RW / LR / PA / RW+LR', 'Menghani et al. 2025, arXiv 2411.07501',
       'a learned residual beats the standard one at almost no cost',
       'ResNet-50 ImageNet: 60% of the gain of an extra layer for 0.003% more params', SURVEY,
@@ -557,24 +444,24 @@ CLAIMS: tuple[Claim, ...] = (
       'params or 13.6% less data; loss gaps as curves only (arXiv 2410.17897 v2, Section 1)', SURVEY,
       Below('resformer', 'pre_ln')),
     C('Parallel block', 'GPT-J, PaLM; GPT-NeoX', 'parallel attention and MLP match the serial block (GPT-J)',
-      PARALLEL_REPORTED, SURVEY, NotAbove('parallel_gptj', 'pre_ln')),
-    C('MoDA', 'MoDA (hustvl), arXiv 2603.15619', 'attending to earlier layers lowers the loss', MODA_REPORTED,
+      papers.PARALLEL_REPORTED, SURVEY, NotAbove('parallel_gptj', 'pre_ln')),
+    C('MoDA', 'MoDA (hustvl), arXiv 2603.15619', 'attending to earlier layers lowers the loss', papers.MODA_REPORTED,
       SURVEY, Below('moda', 'pre_ln')),
     # procedures on trained models (experiments/posthoc.py, one seed: rows show the numbers)
     C('Layer pruning with healing', GROMOV, 'deep layers can be pruned with little loss after healing (2 of 8)',
-      GROMOV_REPORTED, 'posthoc', Reference('prune_n2', 'prune_n0')),
+      papers.GROMOV_REPORTED, 'posthoc', Reference('prune_n2', 'prune_n0')),
     C('Layer pruning with healing', GROMOV, 'deep layers can be pruned with little loss after healing (4 of 8)',
-      GROMOV_REPORTED, 'posthoc', Reference('prune_n4', 'prune_n0')),
+      papers.GROMOV_REPORTED, 'posthoc', Reference('prune_n4', 'prune_n0')),
     C('Removing the norms by fine-tuning', 'Heimersheim 2024, arXiv 2409.13710',
       'LayerNorm can be removed from GPT-2 by fine-tuning', 'GPT-2 small: +0.05 cross-entropy after 500M tokens',
       'posthoc', Reference('ln_free', 'L8')),
     C('Linear maps across depth', 'Csordás et al. 2025, arXiv 2505.13898',
-      'second-half layers contribute little (so: half the depth loses little)', CSORDAS_REPORTED, 'posthoc',
+      'second-half layers contribute little (so: half the depth loses little)', papers.CSORDAS_REPORTED, 'posthoc',
       Reference('L4', 'L8')),
     C('Recurrence (layer tying, Universal-Transformer depth)', 'Dehghani et al. 2018, arXiv 1807.03819',
-      'a looped block matches a deeper unique stack', UT_REPORTED, SURVEY, NotAbove('loop', 'pre_ln')),
+      'a looped block matches a deeper unique stack', papers.UT_REPORTED, SURVEY, NotAbove('loop', 'pre_ln')),
     C('Relaxed Recursive Transformer', 'Bae et al. 2024, arXiv 2410.20672',
-      'per-loop LoRA improves a looped model', RELAXED_REPORTED, SURVEY,
+      'per-loop LoRA improves a looped model', papers.RELAXED_REPORTED, SURVEY,
       Below('relaxed_loop', 'loop')),
     # rate sensitivity, from the survey's stage-1 sweeps (CompleteP's: the transfer rows)
     C('DeepNorm', DEEPNET, 'DeepNorm trains well over a wider range of learning rates than Post-LN',
