@@ -193,6 +193,17 @@ def default_config() -> ConfigDict:
   return c
 
 
+def flatten(d: dict, prefix: str = '') -> dict:
+  """{'a': {'b': 1}} -> {'a.b': 1}."""
+  out = {}
+  for k, v in d.items():
+    if isinstance(v, dict):
+      out.update(flatten(v, f'{prefix}{k}.'))
+    else:
+      out[prefix + k] = v
+  return out
+
+
 def _fail(field: str, value, allowed: str) -> None:
   raise ConfigError(f'{field}={value!r} is invalid: allowed {allowed}')
 

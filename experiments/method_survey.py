@@ -81,8 +81,9 @@ from depthscale.ladder import lr_sweep
 SIZES = {
     'smoke': (2, 16, 1, 16, 4, 20, [1e-3, 1e-2], 1, 0, 1),
     'cpu': (8, 32, 2, 64, 8, 300, [1e-3, 3e-3, 1e-2, 3e-2], 3, 2, 1),
-    # 20 tokens per non-embedding parameter of the baseline (L8 d16: 25,088 x 20 ~ 490 x 16 x 64)
-    'tokens20': (8, 16, 2, 64, 16, 490, [1e-3, 3e-3, 1e-2, 3e-2], 5, 0, 2),
+    # >= 20 tokens per non-embedding parameter of every variant (the largest, attn_res:
+    # 25,664 x 20 <= 502 x 16 x 64)
+    'tokens20': (8, 16, 2, 64, 16, 502, [1e-3, 3e-3, 1e-2, 3e-2], 5, 2, 2),
 }
 ANALYSED = {'metrics.analysis_every': -1}  # -1: the size's step count (get_ladder)
 

@@ -93,7 +93,7 @@ SIZES = {
     'cpu': (32, 1, [2, 4, 8, 16], [2, 4, 8, 16], [1e-3, 3e-3, 1e-2, 3e-2],
             ('standard', 'depth_mup', 'completep'), 64, 16, 200, 50),
     # python_docs at 20 tokens per non-embedding parameter at every depth (steps per depth)
-    'tokens20': (16, 1, [2, 4, 8], [2, 4, 8], [1e-3, 3e-3, 1e-2, 3e-2], ('depth_mup', 'completep'),
+    'tokens20': (16, 1, [2, 4, 8], [2, 4, 8], [1e-3, 3e-3, 1e-2, 3e-2, 1e-1], ('depth_mup', 'completep'),
                  64, 16, 495, 20),  # steps: L8's; each depth's own in _steps
     'paper': (1024, 16, [2, 8, 32, 128], [2, 4, 8, 16, 32, 64, 128], [2 ** -k for k in range(4, 12)],
               ('standard', 'depth_mup', 'completep'), 2048, 256, 20000, 500),
@@ -112,6 +112,7 @@ def get_config(arg: str | None = None):
   return c
 
 
+SEEDS = {'tokens20': 3}  # seeds per point (data order and init); other sizes: seed 0
 TOKENS_PER_PARAM, NORM_SHARE = 20, 1.03  # norm gains and biases: ~2-3% beyond block_params
 
 
@@ -130,9 +131,9 @@ def _steps(arg: str, depth: int) -> dict:
 def get_ladder(arg: str | None = None):
   arg = arg or 'cpu'
   _, _, _, depths, lrs, params, *_ = SIZES[arg]
-  return [Rung(f'{p}_s0_L{l}_lr{lr:g}', {'model.parametrization': p, 'model.num_layers': l,
-                                         'optim.lr': lr, **_steps(arg, l)})
-          for p in params for l in depths for lr in lrs]
+  return [Rung(f'{p}_s{k}_L{l}_lr{lr:g}', {'model.parametrization': p, 'model.num_layers': l,
+                                           'optim.lr': lr, 'train.seed': k, **_steps(arg, l)})
+          for k in range(SEEDS.get(arg, 1)) for p in params for l in depths for lr in lrs]
 
 
 # `<size>-text`: the whole sweep (every parametrization, depth and rate, seed 0) on the

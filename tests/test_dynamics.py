@@ -1,5 +1,6 @@
 """Training dynamics (ProRes, BranchNorm, LayerDrop, LayerSkip, Q/K slow-down, LLR) by their
-defining properties, and every training-dynamics method lowers the held-out loss in 20 steps."""
+defining properties, and (slow tier) every training-dynamics method lowers the held-out loss in
+20 steps."""
 
 import math
 
@@ -238,6 +239,7 @@ METHODS = {
 }
 
 
+@pytest.mark.slow  # 20 training steps per method
 @pytest.mark.parametrize('name', list(METHODS))
 def test_trains_20_steps_and_lowers_the_heldout_loss(name):
   cfg = tiny_config(**{'model.num_layers': 2, 'train.steps': 20, **METHODS[name]})

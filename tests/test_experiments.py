@@ -134,14 +134,14 @@ def test_dyt_budget_varies_the_norm_and_the_budget_it_states():
 
 @pytest.mark.parametrize('config', ['method_survey.py:tokens20', 'repro_depth_transfer.py:tokens20'])
 def test_tokens20_sizes_train_twenty_tokens_per_non_embedding_parameter(config):
-  """The headline sizes of docs/claims.md, on python_docs: 20 tokens per non-embedding
-  parameter (method_survey: of its baseline, 19.97; the variants that add parameters, Keel
-  and AttnRes, train the same tokens at 19.6 and 19.55)."""
+  """The headline sizes of docs/claims.md, on python_docs: at least 20 tokens per
+  non-embedding parameter of every rung (method_survey: one token count for all variants,
+  20.03 for the largest, AttnRes, 20.65 for the smallest, wide-shallow)."""
   resolved = experiment.resolve(os.path.join(ROOT, 'experiments', config), check_machine=False)
   counts = {}
   for r, cfg in resolved:
     key = (cfg.model.num_layers, cfg.model.d_model, cfg.model.block, cfg.model.residual, cfg.model.norm)
     counts.setdefault(key, param_count(cfg, non_embedding=True))
     ratio = cfg.train.steps * cfg.data.batch_size * cfg.data.seq_len / counts[key]
-    assert 19.5 <= ratio < 20.5, (r.name, ratio)
+    assert 20 <= ratio < 21, (r.name, ratio)
     assert cfg.data.source == 'python_docs' and cfg.train.eval_every == cfg.train.steps

@@ -1,13 +1,16 @@
 """The package's shape: no import cycles, model/ independent of training/ and results/, the
 trainer's layers (training/, model/, data/) importing no post-hoc procedure, experiment layer
 or command line, no imports inside functions, no placement-name checks outside the placement
-table, the table refuses unknown features and validation reads its modifier rows. Static
-(ast) or config validation only, no JAX compilation."""
+table, the table refuses unknown features and validation reads its modifier rows, and a rung's process
+leaves the results readers unimported. Static (ast), config validation and one import in a
+subprocess, no JAX compilation."""
 
 import ast
 import io
 import pathlib
 import re
+import subprocess
+import sys
 import tokenize
 
 import pytest
@@ -70,7 +73,7 @@ def test_model_imports_nothing_from_training_or_results():
 
 
 LOWER_LAYERS = ('depthscale.training', 'depthscale.model', 'depthscale.data')
-UPPER_LAYERS = ('depthscale.posthoc', 'depthscale.experiment')  # and every command line
+UPPER_LAYERS = ('depthscale.posthoc', 'depthscale.experiment', 'depthscale.results')  # and every CLI
 
 
 def _is_cli(path: pathlib.Path) -> bool:
@@ -87,8 +90,8 @@ def _climbs(name: str, imported: set[str], clis: set[str]) -> set[str]:
 
 def test_the_trainer_imports_nothing_above_it(tmp_path):
   """The loop, the model and the data know no post-hoc procedure (they reach the loop through
-  depthscale.training.procedures), no experiment layer and no command line; imports inside
-  functions count too."""
+  depthscale.training.procedures), no experiment layer, no results reader (a run's images
+  are training.raster's) and no command line; imports inside functions count too."""
   modules = _modules()
   clis = {m for m, p in modules.items() if _is_cli(p)}
   assert {'depthscale.main', 'depthscale.compare', 'depthscale.data.prepare'} <= clis
@@ -195,3 +198,14 @@ def test_run_paths_go_through_storage():
                                                         _local_file_calls(path.read_text()))
   planted = 'import os\n\ndef f(d):\n  os.makedirs(d)\n  return open(os.path.join(d, "x"))\n'
   assert sorted(_local_file_calls(planted)) == ['4: os.makedirs', '5: open', '5: os.path']
+
+
+def test_a_rung_process_imports_no_results_reader():
+  """`depthscale.main` (every rung's process under the launcher) leaves pandas, scipy and
+  matplotlib's figures unimported: ~1.3 s of each process's start (they come with the
+  ladder's table and figures, depthscale.results, when those are asked for)."""
+  probe = ('import sys, depthscale.main; print(sorted(m for m in ("pandas", "scipy", '
+           '"matplotlib.figure", "depthscale.results.loader") if m in sys.modules))')
+  out = subprocess.run([sys.executable, '-c', probe], capture_output=True, text=True, cwd=ROOT,
+                       check=True)
+  assert out.stdout.strip() == '[]', out.stdout + out.stderr

@@ -1,5 +1,6 @@
-"""Every normalization method trains 20 steps on the embedded data (its loss on a held-out
-batch drops), and its trained scanned model equals the Python loop over blocks.
+"""Every normalization method: its scanned model equals the Python loop over blocks off its
+init (every parameter moved), and (slow tier) it trains 20 steps on the embedded data (its
+loss on a held-out batch drops) and the trained scanned model still equals the loop.
 
 The cases combine modifiers and norm functions with placements, so each method appears
 at least once with one compile per case.
@@ -17,7 +18,7 @@ from depthscale.model import norms, placements
 from depthscale.model.transformer import apply_unrolled, make_model
 from depthscale.training.optim import make_optimizer, schedule
 from depthscale.training.steps import init_state, make_train_step
-from tests.helpers import batch_loss, heldout_batch, small_config, tokens
+from tests.helpers import batch_loss, heldout_batch, init, perturb, small_config, tokens
 
 CASES = {
     'post_ln': {'model.block': 'post_ln', 'model.norm': 'scalenorm', 'model.gpas': True,
@@ -85,6 +86,18 @@ MIN_DROP = {'norm_free': 0.002, 'relu_norm_free': 0.002}
 
 
 @pytest.mark.parametrize('case', list(CASES))
+def test_scan_equals_unrolled_off_init(case):
+  validate(small_config(**CASES[case]))
+  model, params = init(**CASES[case])
+  params, toks = perturb(params), tokens(small_config())
+  scanned, _ = jax.jit(model.apply)({'params': params}, toks)
+  assert np.all(np.isfinite(scanned))
+  unrolled = jax.jit(lambda p, t: apply_unrolled(model, p, t))(params, toks)
+  np.testing.assert_allclose(scanned, unrolled, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.slow  # 20 training steps per case
+@pytest.mark.parametrize('case', list(CASES))
 def test_trains_and_trained_scan_equals_unrolled(case):
   model, init_params, params, losses = trained(case)
   assert np.all(np.isfinite(losses)), losses
@@ -97,6 +110,7 @@ def test_trains_and_trained_scan_equals_unrolled(case):
   np.testing.assert_allclose(scanned, apply_unrolled(model, params, toks), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow  # 20 training steps
 def test_ngpt_weights_stay_on_the_unit_sphere_after_steps():
   _, init_params, params, _ = trained('ngpt')
   for p in (init_params, params):

@@ -1,4 +1,4 @@
-"""A run's TensorBoard images (depthscale.results.raster) show the data: a heatmap cell's
+"""A run's TensorBoard images (depthscale.training.raster) show the data: a heatmap cell's
 colour is matplotlib's viridis of its value between the smallest and largest, block 1 at the
 bottom, layers labelled by their 1-based index at their rows; a profile's points sit at l/L
 and at heights linear in the values, one colour per step."""
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from depthscale.results import raster
+from depthscale.training import raster
 
 LEFT, TOP, RIGHT, BOTTOM = raster.BOX
 

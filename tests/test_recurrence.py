@@ -3,8 +3,8 @@ the shared Pre-LN block equal a float64 numpy block applied K times with the sam
 (loop k with W + B_k A_k), off init; the parameter count does not depend on K and grows by
 exactly the LoRA factors; the shared weights' gradient is the sum over loops of the untied
 model's per-layer gradients (and matches a finite difference); bad combinations fail in
-validation; a tiny recurrent model trains through the whole loop with per-layer metrics of
-the effective depth."""
+validation; (slow tier) a tiny recurrent model trains through the whole loop with per-layer
+metrics of the effective depth."""
 
 import math
 
@@ -199,6 +199,7 @@ def test_flops_count_every_loop_as_the_unrolled_program_does():
   assert dryrun.model_flops(cfg, plan.abstract_state['params']) == pytest.approx(unrolled, rel=0.15)
 
 
+@pytest.mark.slow  # a training run through the whole loop
 def test_tiny_recurrent_model_trains_with_per_effective_layer_metrics(tmp_path):
   cfg = tiny_config(**{'model.num_layers': 4, 'model.loops': 2, 'model.loop_lora_rank': 2,
                        'train.steps': 8, 'train.log_every': 4, 'train.eval_every': 8,

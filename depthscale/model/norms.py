@@ -219,6 +219,7 @@ class Norm:
   bias: bool = False  # takes model.norm_bias: a learnable bias after the gain, as LayerNorm has
   layer_rope: bool = False  # a per-feature gain that model.layer_rope replaces with its own
   removable: bool = False  # a frozen divisor can replace it (posthoc.remove_norms_every)
+  scales_embedding: bool = False  # norm-free: x_0 = s E[tok], a learnable s from sqrt(D)
 
 
 NORMS: dict[str, Norm] = {
@@ -226,8 +227,8 @@ NORMS: dict[str, Norm] = {
     'rmsnorm': Norm(RMSNorm, bias=True, layer_rope=True, removable=True),
     'crmsnorm': Norm(CRMSNorm, bias=True),
     'scalenorm': Norm(ScaleNorm),
-    'dyt': Norm(DyT),
-    'derf': Norm(Derf),
+    'dyt': Norm(DyT, scales_embedding=True),
+    'derf': Norm(Derf, scales_embedding=True),
     'bhyt': Norm(BHyT),
     'seednorm': Norm(SeeDNorm),
     'none': Norm(Identity),
@@ -246,7 +247,6 @@ def check_options(m) -> None:
 
 
 POSITIONS = ('attn', 'mlp', 'final')
-EMBED_SCALED = ('dyt', 'derf')  # norm-free functions that scale the embedding by s0 = sqrt(D)
 
 
 def _alpha0(cfg, position: str) -> float:

@@ -19,7 +19,7 @@ import numpy as np
 
 from depthscale.model import inner_norms, layer_rope, moda, ngpt, ops, recurrence, residual, taper
 from depthscale.model import parametrization as pz
-from depthscale.model.norms import EMBED_SCALED, l2_normalize, make_norm
+from depthscale.model.norms import NORMS, l2_normalize, make_norm
 from depthscale.model.param_tree import EMBEDDING_PARAMS
 from depthscale.model.placements import PLACEMENTS, layer_schedule, sublayer_factory
 from depthscale.model.stats import attention_entropy, block_stats
@@ -337,7 +337,7 @@ class Transformer(nn.Module):
     else:
       self.embedding = _dense_param(self, 'embedding', (v, d), ('vocab', 'embed'),
                                     _std(cfg, 'embedding', v, d))
-    if cfg.norm in EMBED_SCALED:  # DyT / Derf: x_0 = s * E[tok], learnable s init sqrt(D)
+    if NORMS[cfg.norm].scales_embedding:  # DyT / Derf: x_0 = s * E[tok], s init sqrt(D)
       self.embed_scale = self.param('embed_scale', nn.initializers.constant(d ** 0.5), (), jnp.float32)
     if cfg.peri_embed_norm:
       self.embed_norm = make_norm(cfg, 'embed_norm')
@@ -374,7 +374,7 @@ class Transformer(nn.Module):
     x_BxTxD = jnp.take(self._table(), tokens_BxT, axis=0)
     if cfg.fix_norm:
       x_BxTxD = x_BxTxD * np.sqrt(cfg.d_model)
-    if cfg.norm in EMBED_SCALED:
+    if NORMS[cfg.norm].scales_embedding:
       x_BxTxD = x_BxTxD * self.embed_scale
     if cfg.embed_projection:
       x_BxTxD = jnp.einsum('btd,de->bte', x_BxTxD, self.embed_proj)

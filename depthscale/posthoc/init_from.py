@@ -9,11 +9,10 @@ import jax
 import numpy as np
 
 from depthscale import data, hf, storage
-from depthscale.config import ConfigDict, default_config
+from depthscale.config import ConfigDict, default_config, flatten
 from depthscale.errors import ConfigError, invalid
 from depthscale.model.transformer import make_model
 from depthscale.posthoc import prune, streams
-from depthscale.results.loader import flatten
 from depthscale.training import procedures
 from depthscale.training.checkpoint import Checkpointer
 from depthscale.training.optim import make_optimizer

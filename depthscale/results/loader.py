@@ -8,6 +8,7 @@ import pandas as pd
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from depthscale import storage, sweep
+from depthscale.config import flatten
 from depthscale.results import intervals, rankings, records, scaling
 from depthscale.results.fits import Fit
 from depthscale.results.flops import ISOFLOP_TOLERANCE
@@ -74,17 +75,6 @@ class Results:
     nearest to each fraction of the steps (default 50% and 100%): .table, .orders, .stable
     (the same order at every fraction), .describe() (rankings.ranking)."""
     return rankings.ranking(self.configs, self.summaries, self.scalars, fractions)
-
-
-def flatten(d: dict, prefix: str = '') -> dict:
-  """{'a': {'b': 1}} -> {'a.b': 1}."""
-  out = {}
-  for k, v in d.items():
-    if isinstance(v, dict):
-      out.update(flatten(v, f'{prefix}{k}.'))
-    else:
-      out[prefix + k] = v
-  return out
 
 
 def load(ladder: str) -> Results:

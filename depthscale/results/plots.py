@@ -1,5 +1,5 @@
 """PNG figures of per-layer metrics and ladders (matplotlib Figure objects, no pyplot state, so
-any backend a notebook uses is left alone); a run's own images are results.raster's."""
+any backend a notebook uses is left alone); a run's own images are training.raster's."""
 
 from __future__ import annotations
 
@@ -12,10 +12,8 @@ import numpy as np
 import pandas as pd
 
 from depthscale import storage
+from depthscale.training.raster import PROFILE_METRICS, relative_depth
 
-PROFILE_METRICS = ('update_ratio', 'attn_contrib', 'mlp_contrib', 'cos_in_out',
-                   'angular_distance', 'logit_lens_kl', 'skip_delta_loss',
-                   'jacobian_identity_dev')
 LEGEND_MAX = 12  # labelled lines up to which an axes gets a legend
 
 
@@ -40,11 +38,6 @@ def png_bytes(fig, dpi: int = 80, **savefig_kwargs) -> bytes:
 def save(fig, path: str, dpi: int = 80, **savefig_kwargs) -> None:
   """Writes the figure as a PNG file (local or bucket path, atomically)."""
   storage.write_bytes(path, png_bytes(fig, dpi, **savefig_kwargs))
-
-
-def relative_depth(num_layers: int) -> np.ndarray:
-  """l / L for l = 1..L."""
-  return np.arange(1, num_layers + 1) / num_layers
 
 
 def loss_vs_depth(curves: dict[str, tuple[list[int], list[float]]], path: str) -> None:

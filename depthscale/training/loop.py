@@ -11,7 +11,7 @@ from depthscale import data, storage
 from depthscale.errors import WriteError
 from depthscale.model import ops, recurrence, taper
 from depthscale.model.transformer import make_model, param_counts
-from depthscale.results import plots, raster
+from depthscale.training import raster
 from depthscale.training import (cpu_calibration, distributed, host_memory, procedures, resume,
                                  sharding, tb_layout)
 from depthscale.training.analysis import Analyzer, analysed_layers, compile_mode, evenly_spaced
@@ -117,13 +117,13 @@ class _Logs:
       self._layer_record(step, layers)
 
   def images(self, step: int) -> None:
-    """Per metric of plots.PROFILE_METRICS: a layer x step heatmap and an l/L profile
-    (one line per logged step), drawn by results.raster."""
+    """Per metric of raster.PROFILE_METRICS: a layer x step heatmap and an l/L profile
+    (one line per logged step), drawn by training.raster."""
     by_metric: dict[str, list] = {}
     self.layers.flush()
     for r in storage.read_jsonl(self.layers.path):
       for k, v in r.items():
-        if k in plots.PROFILE_METRICS:
+        if k in raster.PROFILE_METRICS:
           by_metric.setdefault(k, []).append((r['step'], v))
     for metric, rows in by_metric.items():
       steps, values = [s for s, _ in rows], np.asarray([v for _, v in rows], float)

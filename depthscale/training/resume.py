@@ -8,8 +8,8 @@ import json
 import sys
 
 from depthscale import storage
+from depthscale.config import flatten
 from depthscale.errors import ConfigError
-from depthscale.results.loader import flatten
 
 CONFIG, HISTORY = 'config.json', 'config_history.jsonl'
 # Fields that change neither the computed function nor the data order: cadence of logs,

@@ -11,7 +11,15 @@ import matplotlib
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from depthscale.results.plots import relative_depth
+PROFILE_METRICS = ('update_ratio', 'attn_contrib', 'mlp_contrib', 'cos_in_out',
+                   'angular_distance', 'logit_lens_kl', 'skip_delta_loss',
+                   'jacobian_identity_dev')
+
+
+def relative_depth(num_layers: int) -> np.ndarray:
+  """l / L for l = 1..L."""
+  return np.arange(1, num_layers + 1) / num_layers
+
 
 SIZE = (400, 280)  # pixels: the 5 x 3.5 inch figures at 80 dpi they replace
 BOX = (46, 22, 330, 244)  # the plot area (left, top, right, bottom); a colorbar right of it
