@@ -51,22 +51,28 @@ their seeds end at 3.14 [2.77, 3.52] and 3.08 [2.49, 3.67] (3.16 and 3.02 at 3e-
 Size tokens20 (the rows of docs/claims.md, kept in records/method_survey.tokens20.json.gz):
 the notebooks' headline variants (HEADLINE: Pre-LN, Post-LN, Mix-LN, LNS, DeepNorm, Keel,
 DyT, AttnRes, and Pre-LN wide and shallow at the same non-embedding matrices, L2 d32 against
-L8 d16) at L8 d16, 2 heads, T 64, batch 16, 490 steps: 501,760 tokens, 20 per non-embedding
-parameter of the baseline (19.55-20.15 across the variants), python_docs. Stage 1 at 1e-3,
-3e-3, 1e-2, 3e-2 (seed 0), then 5 seeds at each of the two best rates (finalists=2), the
-variant's rate the one with the lower mean. 126 rungs through the launcher (launch.cpus=1,
-two at a time) in 81 min of wall time on the 2-core host beside a test-suite job (load
-average 2.5-11.5, mean 7.8). Measured (final eval loss, mean [95% t] over 5 seeds; the
-claims' verdicts from the paired per-seed differences): wide-shallow 2.09 [2.02, 2.16] at
-1e-2, LNS 2.33 [2.21, 2.45], Keel 2.36 [2.33, 2.38] at 1e-2, Pre-LN 2.36 [2.23, 2.50],
-AttnRes 2.45 [2.36, 2.55], DeepNorm 2.55 [2.29, 2.81] at 1e-2, Mix-LN 2.56 [2.46, 2.67] at
-1e-2, Post-LN 2.69 [2.66, 2.71] at 3e-3, DyT 3.24 [3.21, 3.27] (at 3e-2 where no rate is
-given: the grid's highest, so those optima may lie beyond it). Paired against Pre-LN:
-Post-LN +0.32 [+0.19, +0.46], Mix-LN +0.20 [+0.03, +0.37], DyT +0.88 [+0.74, +1.01],
-wide-shallow -0.28 [-0.36, -0.19] (separated); LNS -0.04, Keel -0.01, AttnRes +0.09,
-DeepNorm +0.19 (not separated). Mix-LN is below Post-LN (-0.13 [-0.22, -0.04]). Pre-LN's
-rate shows why one seed does not pick it: seed 0 chose 3e-2, the first 3 fresh seeds
-preferred 1e-2, all 5 prefer 3e-2.
+L8 d16) at L8 d16, 2 heads, T 64, batch 16, 502 steps: 514,048 tokens, at least 20 per
+non-embedding parameter of every variant (20.03 for the largest, AttnRes, 20.46 for the
+baseline, 20.65 for wide-shallow), python_docs. Stage 1 at 1e-3, 3e-3, 1e-2, 3e-2 (seed 0)
+and up to 2 extensions past an edge (9e-2 and 0.27 trained for Pre-LN and DyT, 9e-2 for Keel
+and AttnRes), then 5 seeds at each of the two best rates (finalists=2), the variant's rate
+the one with the lower mean: every chosen rate lies inside its sweep. 144 rungs (132
+trained, 12 extensions not needed) through the launcher (launch.cpus=1, two at a time) in
+81.5 min of wall time on the 2-core host, beside the depth-transfer ladder and test jobs
+(load average 5.3-10.8, mean 9.4). Measured (final eval loss, mean [95% t] over 5 seeds;
+the claims' verdicts from the paired per-seed differences): wide-shallow 2.07 [2.00, 2.14]
+at 1e-2, Pre-LN 2.30 [2.11, 2.48] at 3e-2, Keel 2.33 [2.14, 2.51] at 3e-2, LNS 2.39 [2.36,
+2.42] at 1e-2, DeepNorm 2.40 [2.23, 2.58] at 1e-2, AttnRes 2.43 [2.31, 2.54] at 3e-2, Mix-LN
+2.46 [2.35, 2.57] at 1e-2, Post-LN 2.69 [2.66, 2.71] at 3e-3, DyT 3.25 [3.21, 3.28] at 3e-2.
+Paired against Pre-LN: Post-LN +0.39 [+0.20, +0.59] and DyT +0.95 [+0.74, +1.16]
+(separated); wide-shallow -0.23 [-0.46, +0.01], Mix-LN +0.17, LNS +0.09, Keel +0.03, AttnRes
++0.13, DeepNorm +0.11 (not separated). Mix-LN below Post-LN -0.22 [-0.32, -0.12], DeepNorm
+below Post-LN -0.28 [-0.47, -0.10]. LNS's effective depth (skip) 1.4 [0.7, 2.1] against
+Pre-LN's 4.8 [3.8, 5.8]. Seed 0 alone would have chosen other rates for two variants:
+Pre-LN 9e-2 (2.118 against 2.129 at 3e-2; over 5 seeds 2.46 against 2.30) and Mix-LN 3e-3
+(2.69 over 5 seeds against 2.46 at 1e-2). DyT ends at 3.22-3.29 at every rate from 1e-3 to
+0.27, at the data's unigram entropy (3.30 nats): at d16 with alpha0 = 1 its blocks learn
+next to nothing, so its row says more about this width and init than about DyT.
 
 Not here: the parametrizations (muP, depth-muP, CompleteP), whose claim is a transfer of
 the best rate across width or depth (experiments/depth_mup_transfer.py), and the procedures

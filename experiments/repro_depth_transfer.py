@@ -19,13 +19,20 @@ jobs at load average 4-9), the best of the 4 rates at L 2 / 4 / 8 / 16: standard
 loss at the best 2.858, 2.609, 2.802, 2.850); one seed per point, so a move of the best
 rate is not separated from seed noise (notebooks/depth_transfer.py, section 5).
 Size tokens20 (rows of docs/claims.md, kept in records/repro_depth_transfer.tokens20.json.gz):
-depth-muP and CompleteP at d16 (1 head), L 2 / 4 / 8, rates 1e-3 to 3e-2, one seed, each
-depth trained 20 tokens per non-embedding parameter of python_docs (124 / 248 / 495 steps of
-16 x 64 tokens). 24 rungs through the launcher (two at a time) in 15 min beside a CI run.
-Measured, the best rate at L 2 / 4 / 8: depth-muP 3e-2, 1e-2, 3e-2 (final eval loss 3.14,
-2.78, 2.18: one grid step apart, so not separated); CompleteP 3e-2 at every depth (3.14,
-2.80, 2.25). 3e-2 is the grid's highest rate: CompleteP's optimum may lie beyond it at every
-depth, so its 'transfer' here is a shared edge, not a shared interior optimum.
+depth-muP and CompleteP at d16 (1 head), L 2 / 4 / 8, rates 1e-3, 3e-3, 1e-2, 3e-2, 1e-1,
+seeds 0-2, each depth trained 20 tokens per non-embedding parameter of python_docs (124 / 248
+/ 495 steps of 16 x 64 tokens): 90 rungs through the launcher (two at a time), 24 of them in
+15 min beside a CI run, the other 66 in 85 min beside the method survey's tokens20 ladder at
+a lower priority. At L 2 = L0 the two parametrizations are the same model (equal losses).
+Measured (final eval loss, mean over 3 seeds), the best rate at L 2 / 4 / 8 and the rates
+tied with it (paired per-seed differences not separated from 0; the rule of the claims
+rows): depth-muP 1e-2 (3.195), 1e-2 (2.804), 1e-1 (2.214), tied sets {1e-2, 3e-2}, {1e-2,
+3e-2, 1e-1}, {1e-2, 3e-2, 1e-1}: 1e-2 and 3e-2 at every depth (reproduces; its L8 seeds at 1e-1
+spread from 2.13 to 2.34, which widens its tied sets). CompleteP 1e-2 (3.195), 3e-2
+(2.816), 1e-1 (2.176), tied sets {1e-2, 3e-2}, {1e-2, 3e-2, 1e-1}, {1e-1}: at L 8 1e-1 is
+below 3e-2 on every seed (2.18 against 2.23), so its optimum moves up one grid step with
+depth (does not at this size), and 1e-1 is the grid's highest rate at L 8, where it may lie
+beyond.
 Paper size: d 1024, 16 heads, T 2048, depths 2-128, with GPT-2's 50,257-token BPE
 vocabulary padded to 50,304. CompleteP (Dey et al. 2025) trains pre-LN GPT-style models of
 depth 2-128 on SlimPajama (its 1.5B non-embedding models at 20 tokens per parameter). The

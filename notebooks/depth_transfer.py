@@ -171,9 +171,10 @@ print('mechanism assertions passed')
 
 # %% [markdown]
 # ## 4. This notebook's rows of the claims table (docs/claims.md)
-# The transfer rows (depth-muP, CompleteP) read the sweep above: the loss-minimizing rate
-# per depth of each family's rungs must be the same at every depth (one grid step apart:
-# does not at this size). The smoke sweep has one depth and one rate, so it measures none
+# The transfer rows (depth-muP, CompleteP) read the sweep above: some rate must be tied
+# with the loss-minimizing one at every depth (tied: the paired per-seed difference does not
+# separate from 0; with one seed, the best rate alone), and tied sets one grid step apart
+# read "does not at this size". The smoke sweep has one depth and one rate, so it measures none
 # of them. At `cpu` (d 32, one seed, measured beside other jobs at load average 4-13),
 # best rate (final eval loss) at L 2 / 4 / 8 / 16: CompleteP 1e-2 at every depth (2.557,
 # 2.484, 2.424, 2.420: reproduces); depth-muP 1e-2, 1e-2, then 3e-2 at L 8 and 16 (2.398,

@@ -184,11 +184,27 @@ def test_width_transfer_rule_compares_the_best_rate_across_width(tmp_path, best_
   assert row.verdict == verdict
   assert [m.split()[0] for m in row.measured.split('; ')] == [
       'fam_d32_lr0.01', 'fam_d64_lr0.01', f'fam_d256_lr{best_at_d256:g}']
-  assert row.rule.startswith('fam: the best rate is the same at every width')
+  assert row.rule.startswith('fam: a rate tied with the best (paired seeds) at every width')
   depth = claims.Claim('m', 'p', 'transfers', 'n/a', 'exp', claims.Transfers('fam'))
   assert claims.evaluate({('exp', 'tiny'): loader.load(str(tmp_path))}, (depth,)).iloc[0].verdict == claims.CONTRADICTS
   with pytest.raises(ValueError, match="Transfers.axis='D': allowed L, d"):
     claims.Transfers('fam', axis='D')
+
+
+@pytest.mark.parametrize('l2_at_0p1, verdict', [
+    ([2.05, 2.05, 2.25], claims.REPRODUCES),  # not separated from L2's best: tied
+    ([2.3, 2.4, 2.5], claims.NOT_AT_SIZE)])  # separated: the tied sets are a step apart
+def test_transfer_rule_ties_the_rates_that_paired_seeds_do_not_separate(tmp_path, l2_at_0p1, verdict):
+  """The best mean moves one grid step from L2 (0.01) to L8 (0.1) in both cases; whether 0.1
+  is tied with L2's best decides."""
+  losses = {'fam_L2_lr0.001': [3.0, 3.1, 3.2], 'fam_L2_lr0.01': [2.0, 2.1, 2.2],
+            'fam_L2_lr0.1': l2_at_0p1, 'fam_L8_lr0.001': [3.0, 3.1, 3.2],
+            'fam_L8_lr0.01': [2.5, 2.6, 2.7], 'fam_L8_lr0.1': [1.9, 2.0, 2.1]}
+  rule = claims.Claim('m', 'p', 'transfers', 'n/a', 'exp', claims.Transfers('fam'))
+  row = claims.evaluate({('exp', 'tiny'): ladder(tmp_path, losses)}, (rule,)).iloc[0]
+  assert row.verdict == verdict
+  tied_l2 = '0.01, 0.1' if verdict == claims.REPRODUCES else '0.01'
+  assert row.gap == f'depth 2: tied with the best at {tied_l2}; depth 8: tied with the best at 0.1'
 
 
 def test_transfer_rows_read_the_rung_names_of_repro_depth_transfer(tmp_path):

@@ -171,9 +171,12 @@ class Wider(_Pair):
 @dataclasses.dataclass(frozen=True)
 class Transfers:
   """The loss-minimizing rate of a family's rungs '<family>_<axis><size>_lr<rate>' is the same
-  at every size along the axis (AXES: 'L' depth, 'd' width): reproduces where it is, does not
-  at this size where it moves by one step of the rate grid (the grid cannot tell),
-  contradicts where it moves further. Rungs named along the other axis do not count."""
+  at every size along the axis (AXES: 'L' depth, 'd' width). At each size the rates tied with
+  the best (lowest mean) are those whose paired per-seed difference from it does not
+  separate from 0 (_order; with one seed only the best itself). Reproduces where one rate is
+  tied with the best at every size; does not at this size where the tied sets are one step
+  of the rate grid apart (the grid cannot tell); contradicts where further. Rungs named along
+  the other axis do not count."""
   family: str
   axis: str = 'L'
 
@@ -194,23 +197,31 @@ class Transfers:
     """size -> (best rate, its rung) over the sizes swept at more than one rate."""
     return {d: min(r)[1:] for d, r in sorted(self._runs(stats).items()) if len(r) > 1}
 
+  def tied(self, stats: pd.DataFrame) -> dict[int, list[float]]:
+    """size -> the rates not separated from that size's best (the best included)."""
+    runs, best = self._runs(stats), self._best(stats)
+    return {d: sorted(rate for _, rate, name in runs[d]
+                      if name == rung or (difference(stats, name, rung) is not None
+                                          and _order(stats, name, rung) == 0))
+            for d, (_, rung) in best.items()}
+
   def shown(self, stats: pd.DataFrame) -> list[str]:
     best = self._best(stats)
     return [name for _, name in best.values()] if len(best) > 1 else []
 
   def gap(self, stats: pd.DataFrame) -> str:
-    del stats
-    return '-'
+    return '; '.join(f'{AXES[self.axis]} {d}: tied with the best at ' + ', '.join(f'{r:g}' for r in rates)
+                     for d, rates in self.tied(stats).items())
 
   def decide(self, stats: pd.DataFrame) -> str:
-    rates = sorted({rate for r in self._runs(stats).values() for _, rate, _ in r})
-    steps = [rates.index(rate) for rate, _ in self._best(stats).values()]
-    moved = max(steps) - min(steps)
+    grid = sorted({rate for r in self._runs(stats).values() for _, rate, _ in r})
+    steps = [[grid.index(rate) for rate in rates] for rates in self.tied(stats).values()]
+    moved = max(0, max(min(s) for s in steps) - min(max(s) for s in steps))
     return REPRODUCES if moved == 0 else NOT_AT_SIZE if moved == 1 else CONTRADICTS
 
   def describe(self) -> str:
-    return (f'{self.family}: the best rate is the same at every {AXES[self.axis]} (one grid '
-            'step apart: does not at this size; further: contradicts)')
+    return (f'{self.family}: a rate tied with the best (paired seeds) at every {AXES[self.axis]} '
+            '(tied sets one grid step apart: does not at this size; further: contradicts)')
 
 
 @dataclasses.dataclass(frozen=True)
