@@ -141,7 +141,8 @@ def test_tokens20_sizes_train_twenty_tokens_per_non_embedding_parameter(config):
   counts = {}
   for r, cfg in resolved:
     key = (cfg.model.num_layers, cfg.model.d_model, cfg.model.block, cfg.model.residual, cfg.model.norm)
-    counts.setdefault(key, param_count(cfg, non_embedding=True))
+    if key not in counts:  # one count per model shape, not per rung
+      counts[key] = param_count(cfg, non_embedding=True)
     ratio = cfg.train.steps * cfg.data.batch_size * cfg.data.seq_len / counts[key]
     assert 20 <= ratio < 21, (r.name, ratio)
     assert cfg.data.source == 'python_docs' and cfg.train.eval_every == cfg.train.steps
