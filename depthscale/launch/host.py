@@ -75,8 +75,10 @@ def run(argv: list[str], env: dict[str, str], cwd: str | None, monitor, key: tup
   monitor.started.remote(key, node_ip(), os.getpid())
   lines = _Lines(proc, lambda batch: monitor.lines.remote(key, batch))
   term_at = None
-  while proc.poll() is None:
-    try:
+  while True:
+    try:  # the poll too: a cancel that lands there must not leave the process running
+      if proc.poll() is not None:
+        break
       time.sleep(FLUSH_S)
       lines.flush()
       if term_at is not None and time.monotonic() - term_at > STOP_GRACE_S:
