@@ -1,10 +1,9 @@
 """The launcher tests' ladder (tests/test_launch.py): tiny rungs on the synthetic mix.
 
 get_ladder(None): depths 1 and 2. get_ladder('sweep'): a learning-rate sweep of the depth-1
-model (two rates, then one seed at the better one). get_ladder('long'): one wider depth-2 rung
-of 400 steps, checkpointed every 20, long enough to lose its node or get a SIGTERM in the
-middle (120 steps were not, once the test run's compilation cache made its process start
-at once: it could end before the signal reached it)."""
+model (two rates, then one seed at the better one). get_ladder('long'): the depth-2 rung for 1,000 steps, checkpointed every 50: the tests freeze
+its process (SIGSTOP) at its first checkpoint, so it is stopped or loses its node in the
+middle whatever the host's load."""
 
 from depthscale.config import default_config
 from depthscale.ladder import Rung, depth_sweep, lr_sweep
@@ -18,9 +17,8 @@ def get_config(arg: str | None = None):
   c.train.eval_every = c.train.checkpoint_every = 10
   c.metrics.analysis_every, c.metrics.images = 0, False
   if arg == 'long':
-    c.model.d_model, c.data.seq_len, c.data.batch_size = 128, 128, 16
-    c.train.steps, c.train.log_every, c.train.checkpoint_every = 400, 20, 20
-    c.train.eval_every = 400
+    c.train.steps, c.train.log_every, c.train.checkpoint_every = 1000, 50, 50
+    c.train.eval_every = 1000
   return c
 
 

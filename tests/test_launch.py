@@ -71,13 +71,29 @@ def index(out: list[str], text: str) -> int:
   return next(i for i, line in enumerate(out) if text in line)
 
 
-def wait_for_checkpoint(proc: subprocess.Popen, rung_dir: str) -> None:
-  deadline = time.monotonic() + TIMEOUT
-  while not (os.path.isdir(os.path.join(rung_dir, 'checkpoints'))
-             and resume.checkpoint_steps(rung_dir)):
+def freeze_at_first_checkpoint(proc: subprocess.Popen, workdir) -> psutil.Process:
+  """The launched rung's process, stopped (SIGSTOP) once its first checkpoint exists: what
+  the test does next happens in the middle of the rung, however loaded the host."""
+  rung_dir, deadline = str(workdir / 'L2'), time.monotonic() + TIMEOUT
+  while True:
     assert proc.poll() is None, proc.communicate()[1][-3000:]
     assert time.monotonic() < deadline
-    time.sleep(0.05)
+    rung = next((p for p in psutil.process_iter(['cmdline'])
+                 if f'--workdir={workdir}' in ' '.join(p.info['cmdline'] or ())
+                 and 'depthscale.main' in p.info['cmdline']), None)
+    if rung and os.path.isdir(os.path.join(rung_dir, 'checkpoints')) and resume.checkpoint_steps(
+        rung_dir):
+      rung.suspend()
+      assert not os.path.exists(os.path.join(rung_dir, 'summary.json'))
+      return rung
+    time.sleep(0.02)
+
+
+def pending(pid: int, signum: int) -> bool:
+  """Whether `signum` waits for process `pid` (stopped: it is delivered on SIGCONT)."""
+  with open(f'/proc/{pid}/status', encoding='ascii') as f:
+    shared = next(line for line in f if line.startswith('ShdPnd:')).split()[1]
+  return bool(int(shared, 16) >> (signum - 1) & 1)
 
 
 @pytest.fixture(scope='module')
@@ -89,8 +105,10 @@ def long_reference(tmp_path_factory):
 
 
 def test_quickstart_ladder_through_the_launcher_equals_a_sequential_run(cluster, tmp_path):
+  # 8 steps, without the analyses and images (depthscale.main's, tested in test_cli.py)
   short = ['--config.train.steps=8', '--config.train.log_every=4', '--config.optim.warmup_steps=2',
-           '--config.train.eval_every=8', '--config.train.checkpoint_every=8']
+           '--config.train.eval_every=8', '--config.train.checkpoint_every=8',
+           '--config.metrics.analysis_every=0', '--config.metrics.images=False']
   sequential(f'--config={QUICKSTART}', f'--workdir={tmp_path / "seq"}', *short, **ONE_THREAD)
   res = launch(cluster, f'--config={QUICKSTART}', f'--workdir={tmp_path / "par"}', *short)
   assert res.returncode == 0, res.stderr[-3000:]
@@ -118,12 +136,9 @@ def test_without_ray_address_it_starts_its_own_instance_beside_a_running_cluster
 def test_a_rung_whose_node_dies_is_retried_elsewhere_and_ends_equal(cluster, tmp_path,
                                                                      long_reference):
   proc = start(cluster, f'--config={LADDER}:long', f'--workdir={tmp_path}')
-  rung_dir = str(tmp_path / 'L2')
-  wait_for_checkpoint(proc, rung_dir)
-  rung_pid = next(p for p in psutil.process_iter(['cmdline'])
-                  if f'--workdir={tmp_path}' in ' '.join(p.info['cmdline'] or ())
-                  and 'depthscale.main' in p.info['cmdline']).pid
-  ancestors = {p.pid for p in psutil.Process(rung_pid).parents()}
+  rung = freeze_at_first_checkpoint(proc, tmp_path)
+  rung_pid = rung.pid
+  ancestors = {p.pid for p in rung.parents()}
   node = next(n for n in cluster.worker_nodes
               if n.all_processes['raylet'][0].process.pid in ancestors)
   cluster.remove_node(node)
@@ -196,8 +211,13 @@ def test_sigterm_stops_the_rungs_checkpointed_and_the_same_command_resumes(clust
                                                                             long_reference):
   args = (f'--config={LADDER}:long', f'--workdir={tmp_path}')
   proc = start(cluster, *args)
-  wait_for_checkpoint(proc, str(tmp_path / 'L2'))
+  rung = freeze_at_first_checkpoint(proc, tmp_path)
   proc.send_signal(signal.SIGTERM)
+  deadline = time.monotonic() + 60
+  while not pending(rung.pid, signal.SIGTERM):
+    assert time.monotonic() < deadline, "the launcher's SIGTERM did not reach the rung in 60 s"
+    time.sleep(0.05)
+  rung.resume()
   out, err = proc.communicate(timeout=120)
   assert proc.returncode == 1, err[-3000:]
   assert 'L2: stopped, latest checkpoint at step' in out

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import signal
 import time
 
 from depthscale.launch import host
@@ -24,6 +25,8 @@ class Attempt:
   refs: list
   group: object = None  # the placement group, or the TPU slice handle
   started: float = dataclasses.field(default_factory=time.monotonic)
+  processes: dict = dataclasses.field(default_factory=dict)  # host -> (node id, rung pid)
+  signals: list = dataclasses.field(default_factory=list)  # refs of the signal_rung tasks
 
   def cancel(self, ray, force: bool = False) -> None:
     """Takes queued hosts off the queue and stops running ones: SIGTERM to their processes
@@ -33,6 +36,17 @@ class Attempt:
         ray.cancel(ref, force=force)
       except Exception:  # pylint: disable=broad-except
         pass  # already ended
+    for index in self.processes:
+      self.signal(ray, index, signal.SIGKILL if force else signal.SIGTERM)
+
+  def signal(self, ray, index: int, signum: int) -> None:
+    """`signum` to host `index`'s rung process by a task on its node (CPU-free): the stop does
+    not rest on ray.cancel reaching the host's task (a KeyboardInterrupt on its thread)."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # pylint: disable=import-outside-toplevel
+    node, pid = self.processes[index]
+    self.signals.append(ray.remote(num_cpus=0, max_retries=0)(host.signal_rung).options(
+        name=f'{self.task.name}/signal', scheduling_strategy=NodeAffinitySchedulingStrategy(
+            node, soft=False)).remote(pid, self.task.name, signum))
 
   def release(self, ray, force: bool = False) -> None:
     """cancel(force), then frees the reservation."""

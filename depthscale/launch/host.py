@@ -40,6 +40,24 @@ def node_ip() -> str:
   return ray.util.get_node_ip_address()
 
 
+def node_id() -> str:
+  import ray  # pylint: disable=import-outside-toplevel
+  return ray.get_runtime_context().get_node_id()
+
+
+def signal_rung(pid: int, rung: str, signum: int) -> bool:
+  """On the rung's node: `signum` to process `pid` if it is still that rung's (its command
+  line names the rung; Linux's /proc). The launcher's stop, independent of ray.cancel."""
+  try:
+    with open(f'/proc/{pid}/cmdline', 'rb') as f:
+      if f'--rung={rung}'.encode() not in f.read().split(b'\0'):
+        return False
+    os.kill(pid, signum)
+  except OSError:
+    return False
+  return True
+
+
 class _Lines:
   """The process's output, read on a thread, sent to the monitor in batches."""
 
@@ -64,15 +82,16 @@ class _Lines:
 
 def run(argv: list[str], env: dict[str, str], cwd: str | None, monitor, key: tuple) -> int:
   """Runs argv (a rung's process) to its end and returns its exit code (negative: the signal
-  that killed it). `monitor` (monitor.Monitor) receives its start and its output lines.
-  ray.cancel of this task (a KeyboardInterrupt here) sends the process SIGTERM, so it
-  checkpoints and exits, then SIGKILL after STOP_GRACE_S. Nothing here waits on Ray: a task
+  that killed it). `monitor` (monitor.Monitor) receives its start (node and pid) and its output
+  lines. ray.cancel of this task (a KeyboardInterrupt here) sends the process SIGTERM, so it
+  checkpoints and exits, then SIGKILL after STOP_GRACE_S; the launcher also signals the
+  process itself (signal_rung). Nothing here waits on Ray: a task
   blocked in ray.get would lend its CPUs to another rung."""
   full_env = {**os.environ, **env, 'PYTHONUNBUFFERED': '1'}
   proc = subprocess.Popen(  # pylint: disable=consider-using-with
       argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=full_env,
       cwd=cwd if cwd and os.path.isdir(cwd) else None, preexec_fn=_die_with_parent)
-  monitor.started.remote(key, node_ip(), os.getpid())
+  monitor.started.remote(key, node_ip(), node_id(), proc.pid)
   lines = _Lines(proc, lambda batch: monitor.lines.remote(key, batch))
   term_at = None
   while True:

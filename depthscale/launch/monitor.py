@@ -6,15 +6,15 @@ from __future__ import annotations
 
 
 class Monitor:
-  """Events in arrival order: ('start', key, node, pid) and ('lines', key, [line, ...]), with
+  """Events in arrival order: ('start', key, node_ip, node_id, pid of the rung process) and ('lines', key, [line, ...]), with
   key = (rung, attempt, host)."""
 
   def __init__(self):
     self._events: list[tuple] = []
     self._coordinators: dict[tuple, str] = {}
 
-  def started(self, key: tuple, node: str, pid: int) -> None:
-    self._events.append(('start', key, node, pid))
+  def started(self, key: tuple, node_ip: str, node_id: str, pid: int) -> None:
+    self._events.append(('start', key, node_ip, node_id, pid))
 
   def lines(self, key: tuple, batch: list[str]) -> None:
     self._events.append(('lines', key, batch))

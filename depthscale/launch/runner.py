@@ -203,6 +203,11 @@ class Launcher:
       if number != r.attempts:
         continue  # a cancelled attempt's last words
       if kind == 'start':
+        if r.current:
+          r.current.processes[index] = event[3:]
+          if self.stopping:  # started while the stop went out: stopped now
+            r.current.signal(self.ray, index,
+                             signal.SIGKILL if self.stopping > 1 else signal.SIGTERM)
         if r.state == 'queued':
           r.state, r.node = 'running', event[2]
           hosts = len(r.current.refs) if r.current else 1
