@@ -33,7 +33,8 @@ os.environ.setdefault('JAX_PLATFORMS', 'cpu')
 # The suite is compile-bound (thousands of tiny programs): LLVM -O0 and XLA's classic loop
 # emitters compile them 2-3x faster than the defaults (-O2, fusion emitters), with the same
 # IEEE operations. A user's run keeps the defaults; tests/test_train.py runs a train step
-# with them too (the uncached options), and the notebooks run at -O1 (tests/test_notebooks.py).
+# with them too (the uncached options), and the train-bound notebooks run at -O1
+# (tests/test_notebooks.py).
 FAST_COMPILE = '--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false'
 
 
