@@ -36,6 +36,10 @@ class Attempt:
         ray.cancel(ref, force=force)
       except Exception:  # pylint: disable=broad-except
         pass  # already ended
+
+  def stop(self, ray, force: bool = False) -> None:
+    """cancel(force), and the same signal to every running host's process directly."""
+    self.cancel(ray, force)
     for index in self.processes:
       self.signal(ray, index, signal.SIGKILL if force else signal.SIGTERM)
 

@@ -85,8 +85,8 @@ def run(argv: list[str], env: dict[str, str], cwd: str | None, monitor, key: tup
   that killed it). `monitor` (monitor.Monitor) receives its start (node and pid) and its output
   lines. ray.cancel of this task (a KeyboardInterrupt here) sends the process SIGTERM, so it
   checkpoints and exits, then SIGKILL after STOP_GRACE_S; the launcher also signals the
-  process itself (signal_rung). Nothing here waits on Ray: a task
-  blocked in ray.get would lend its CPUs to another rung."""
+  process itself (signal_rung). Nothing here waits on Ray: a task blocked in ray.get would
+  lend its CPUs to another rung."""
   full_env = {**os.environ, **env, 'PYTHONUNBUFFERED': '1'}
   proc = subprocess.Popen(  # pylint: disable=consider-using-with
       argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=full_env,

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 
 class Monitor:
-  """Events in arrival order: ('start', key, node_ip, node_id, pid of the rung process) and ('lines', key, [line, ...]), with
-  key = (rung, attempt, host)."""
+  """Events in arrival order: ('start', key, node_ip, node_id, pid of the rung process) and
+  ('lines', key, [line, ...]), with key = (rung, attempt, host)."""
 
   def __init__(self):
     self._events: list[tuple] = []

@@ -133,7 +133,7 @@ class Launcher:
       self._cancelled = self.stopping
       for r in self.rungs.values():
         if r.current:
-          r.current.cancel(self.ray, force=self.stopping > 1)
+          r.current.stop(self.ray, force=self.stopping > 1)
     ended, _ = self.ray.wait(refs, num_returns=len(refs), timeout=1.0)
     ended = set(ended)
     for r in self.rungs.values():
