@@ -1,9 +1,9 @@
 """The launcher tests' ladder (tests/test_launch.py): tiny rungs on the synthetic mix.
 
 get_ladder(None): depths 1 and 2. get_ladder('sweep'): a learning-rate sweep of the depth-1
-model (two rates, then one seed at the better one). get_ladder('long'): the depth-2 rung for 1,000 steps, checkpointed every 50: the tests freeze
-its process (SIGSTOP) at its first checkpoint, so it is stopped or loses its node in the
-middle whatever the host's load."""
+model (two rates, then one seed at the better one). get_ladder('long'): the depth-2 rung
+for 1,000 steps, checkpointed every 50: the tests freeze its process (SIGSTOP) at its first
+checkpoint, so it is stopped or loses its node in the middle whatever the host's load."""
 
 from depthscale.config import default_config
 from depthscale.ladder import Rung, depth_sweep, lr_sweep

@@ -34,18 +34,14 @@ def cluster():
   """Its workers, and so the rungs, at the suite's priority: Ray runs task workers at nice 15
   by default, below the other test workers' processes (this module took 526 s beside one
   other test worker, 1,277 s beside two, 342 s alone)."""
-  niceness = os.environ.get(WORKER_NICENESS)
-  os.environ[WORKER_NICENESS] = '0'
-  c = Cluster(initialize_head=True, head_node_args={'num_cpus': 0})
-  for _ in range(2):
-    c.add_node(num_cpus=1)
-  c.wait_for_nodes()
-  yield c
-  c.shutdown()
-  if niceness is None:
-    os.environ.pop(WORKER_NICENESS)
-  else:
-    os.environ[WORKER_NICENESS] = niceness
+  with pytest.MonkeyPatch.context() as env:
+    env.setenv(WORKER_NICENESS, '0')
+    c = Cluster(initialize_head=True, head_node_args={'num_cpus': 0})
+    for _ in range(2):
+      c.add_node(num_cpus=1)
+    c.wait_for_nodes()
+    yield c
+    c.shutdown()
 
 
 def _env(cluster, **extra) -> dict:
