@@ -1,6 +1,6 @@
 """pytest set-up: one persistent JAX compilation cache for the session, fast-compiling XLA
 flags, slow modules first, module-scoped fixtures built on one worker, a GCS-compatible
-server on 127.0.0.1 (the `gcs` fixture), a CPU options cache of the test run's own."""
+server on 127.0.0.1 (the `gcs` fixture), host caches of the test run's own."""
 
 import functools
 import os
@@ -96,12 +96,15 @@ def pytest_unconfigure(config):
 
 
 @pytest.fixture(scope='session', autouse=True)
-def cpu_options_cache(tmp_path_factory):
-  """The test run's CPU options cache (depthscale.training.cpu_calibration) in a temporary
-  directory, for its subprocesses too: no test reads or writes the user's."""
+def host_caches(tmp_path_factory):
+  """The test worker's host cache files (depthscale.host_cache: the CPU options of
+  training/cpu_calibration.py, the python_docs corpus) in a temporary directory, for its
+  subprocesses too: no test reads or writes the user's."""
+  from depthscale.data import python_docs  # pylint: disable=import-outside-toplevel
   from depthscale.training import cpu_calibration  # pylint: disable=import-outside-toplevel
-  path = tmp_path_factory.mktemp('cpu_options') / 'cpu_options.json'
-  os.environ[cpu_calibration.CACHE_ENV] = str(path)
+  root = tmp_path_factory.mktemp('host_cache')
+  os.environ[cpu_calibration.CACHE_ENV] = str(root / 'cpu_options.json')
+  os.environ[python_docs.CACHE_ENV] = str(root / 'python_docs.bin')
 
 
 @pytest.fixture(scope='session')

@@ -86,6 +86,15 @@ def _launch(*args: str, env: dict, code: str = '') -> subprocess.CompletedProces
 
 
 @pytest.mark.slow
+def test_what_the_rungs_ray_workers_import_needs_no_jax():
+  """The functions and actor of a rung's Ray workers (its host task, the monitor, the signal
+  and workdir probes) import no JAX: a worker's start is not a second rung start-up."""
+  probe = ('import sys, depthscale.launch.host, depthscale.launch.monitor; '
+           'print(sorted(m for m in ("jax", "flax", "orbax") if m in sys.modules))')
+  res = subprocess.run([sys.executable, '-c', probe], cwd=ROOT, capture_output=True, text=True)
+  assert res.returncode == 0 and res.stdout.split() == ['[]'], res.stdout + res.stderr[-2000:]
+
+
 def test_without_ray_the_command_names_the_extra(tmp_path):
   res = _launch(f'--config={LADDER}', f'--workdir={tmp_path / "w"}', env={},
                 code='sys.modules["ray"] = None;')

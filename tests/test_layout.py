@@ -162,13 +162,15 @@ def test_validation_reads_the_modifier_rows(name):
 
 # Files that are not a run's: the experiment file (Python code, imported like a module), the
 # package's own embedded source text, the host's TPU and NVIDIA device files, the host's
-# cache of CPU dot-library choices (a property of the machine, not of any run), the
-# launcher's probe of whether every node sees a local (never a bucket) workdir, the
-# working directory a rung process starts in, and Hugging Face checkpoint directories (a
-# local format: safetensors read by memory map, written with the tokenizer files).
+# cache files (CPU dot-library choices, the parsed python_docs corpus: properties of the
+# machine, not of any run), the launcher's probe of whether every node sees a local (never
+# a bucket) workdir, the working directory a rung process starts in, and Hugging Face
+# checkpoint directories (a local format: safetensors read by memory map, written with the
+# tokenizer files).
 LOCAL_FILES_OK = ('depthscale/storage.py', 'depthscale/experiment.py',
-                  'depthscale/data/python_docs.py', 'depthscale/training/host_libtpu.py',
-                  'depthscale/training/host_cuda.py', 'depthscale/training/cpu_calibration.py',
+                  'depthscale/data/python_docs.py', 'depthscale/host_cache.py',
+                  'depthscale/training/host_libtpu.py', 'depthscale/training/host_cuda.py',
+                  'depthscale/training/cpu_calibration.py',
                   'depthscale/launch/cluster.py', 'depthscale/launch/host.py',
                   'depthscale/hf/__init__.py', 'depthscale/hf/safetensors.py',
                   'depthscale/hf/tokenizer_files.py')

@@ -265,6 +265,39 @@ def test_python_docs_is_deterministic_with_a_held_out_split():
       documents.held_out(d, cfg.eval_fraction) for d in docs)
 
 
+def test_python_docs_cache_holds_the_parsed_documents_until_a_source_changes(
+    tmp_path, monkeypatch, capfd):
+  """A standard library of two files: the second load reads the cache (parsing is off), a
+  changed file is parsed again, a damaged cache is ignored with one warning and rewritten,
+  an unwritable one warns and the documents still come."""
+  root, cache = tmp_path / 'lib', tmp_path / 'cache' / 'python_docs.bin'
+  (root / 'pkg').mkdir(parents=True)
+  (root / 'a.py').write_text('"""Module a."""\n\ndef f():\n  """Function f."""\n')
+  (root / 'pkg' / 'b.py').write_text('class B:\n  """Class B."""\n')
+  (root / 'test').mkdir()
+  (root / 'test' / 'c.py').write_text('"""Left out."""\n')
+  monkeypatch.setenv(python_docs.CACHE_ENV, str(cache))
+  topics = tuple(t.strip().encode() for t in python_docs._topics() if t.strip())  # pylint: disable=protected-access
+  parsed = python_docs.load(str(root))
+  assert parsed == topics + (b'Module a.\n\nFunction f.', b'Class B.') and cache.exists()
+  parse = python_docs._module_docstrings  # pylint: disable=protected-access
+  with monkeypatch.context() as m:
+    m.setattr(python_docs, '_module_docstrings', lambda *_: pytest.fail('parsed, not cached'))
+    assert python_docs.load(str(root)) == parsed
+  (root / 'pkg' / 'b.py').write_text('class B:\n  """Class B, changed."""\n')
+  assert python_docs.load(str(root))[-1] == b'Class B, changed.'
+  cache.write_bytes(cache.read_bytes()[:-5])  # a torn file
+  assert python_docs.load(str(root))[-1] == b'Class B, changed.'
+  assert capfd.readouterr().err.count(f'warning: python_docs cache {cache} ignored') == 1
+  with monkeypatch.context() as m:
+    m.setattr(python_docs, '_module_docstrings', lambda *_: pytest.fail('parsed, not cached'))
+    assert python_docs.load(str(root))[-1] == b'Class B, changed.'  # rewritten whole
+  monkeypatch.setenv(python_docs.CACHE_ENV, str(root / 'a.py' / 'python_docs.bin'))
+  assert python_docs.load(str(root)) == topics + tuple(
+      d.encode() for d in parse(str(root), ['a.py', 'pkg/b.py']))
+  assert 'python_docs.bin not written' in capfd.readouterr().err
+
+
 @pytest.mark.slow  # the GCS server, shards through it, a training run
 def test_prepare_from_and_to_a_bucket_then_train_from_it(corpus, prepared, gcs, tmp_path,
                                                          monkeypatch):

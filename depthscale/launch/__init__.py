@@ -8,35 +8,8 @@ attempt.py  one try of one rung: its processes placed (a task, a gang, a TPU sli
 host.py     what runs on a node: one rung process, its output streamed back, stopped on cancel
 monitor.py  the launcher's mailbox on the cluster (start and output reports)
 runner.py   the scheduling loop: start, watch, retry, stop
-run_ladder  below: the same from Python (notebooks)
+run.py      run_ladder: the same from Python (notebooks)
+
+The package imports nothing: the rungs' Ray workers import it (host.py, monitor.py) and
+need no JAX.
 """
-
-from __future__ import annotations
-
-import subprocess
-import sys
-from typing import Any
-
-from depthscale import storage
-from depthscale.experiment import resolve
-from depthscale.launch.plan import done
-from depthscale.results.report import rung_row
-
-
-def run_ladder(config_arg: str, workdir: str, overrides: dict[str, Any] | None = None,
-               rung: str | None = None) -> list[dict]:
-  """experiment.run_ladder's counterpart on a Ray cluster (a notebook's ladder in parallel):
-  runs `python -m depthscale.launch` on RAY_ADDRESS's cluster or a local instance, printing
-  its lines as they come, and returns the table rows of the rungs. RuntimeError if one did
-  not finish."""
-  args = [f'--config={config_arg}', f'--workdir={workdir}'] + [
-      f'--config.{k}={v}' for k, v in (overrides or {}).items()] + ([f'--rung={rung}'] if rung else [])
-  with subprocess.Popen([sys.executable, '-m', 'depthscale.launch', *args], text=True,
-                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT) as proc:
-    for line in proc.stdout:
-      print(line, end='', flush=True)
-  if proc.returncode:
-    raise RuntimeError(f'python -m depthscale.launch {" ".join(args)} exited {proc.returncode}')
-  return [rung_row(r.name, cfg, storage.read_json(storage.join(workdir, r.name, 'summary.json')))
-          for r, cfg in resolve(config_arg, overrides, rung, check_machine=False)
-          if done(workdir, r.name, cfg.train.steps) == 'finished']

@@ -13,8 +13,9 @@ import numpy as np
 import optax
 import pandas as pd
 
-from depthscale import data, launch, natural_text, storage
+from depthscale import data, natural_text, storage
 from depthscale.experiment import run_ladder
+from depthscale.launch import run as launch
 from depthscale.ladder import split_seed
 from depthscale.model.stats import per_layer_norm
 from depthscale.model.transformer import make_model

@@ -22,6 +22,7 @@ import jax
 import jaxlib
 import numpy as np
 
+from depthscale import host_cache
 from depthscale.model import ops
 from depthscale.training import sharding
 
@@ -35,10 +36,9 @@ PAYBACK_GAIN = 0.05
 
 
 def cache_path() -> str:
-  """$DEPTHSCALE_CPU_OPTIONS_CACHE, else cpu_options.json in $XDG_CACHE_HOME/depthscale
-  (default ~/.cache/depthscale)."""
-  root = os.environ.get('XDG_CACHE_HOME') or os.path.join(os.path.expanduser('~'), '.cache')
-  return os.environ.get(CACHE_ENV) or os.path.join(root, 'depthscale', 'cpu_options.json')
+  """$DEPTHSCALE_CPU_OPTIONS_CACHE, else cpu_options.json in the host's cache directory
+  (depthscale.host_cache)."""
+  return host_cache.path('cpu_options.json', CACHE_ENV)
 
 
 def host() -> str:
