@@ -11,11 +11,11 @@ import sys
 import pytest
 
 from depthscale import config as config_lib
-from depthscale import storage
+from depthscale import launch, storage
 from depthscale.errors import ConfigError
 from depthscale.experiment import prepare
 from depthscale.launch import __main__ as cli
-from depthscale.launch import attempt, cluster, plan
+from depthscale.launch import attempt, cluster, plan, run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LADDER = os.path.join(ROOT, 'tests', 'launch_ladder.py')
@@ -93,6 +93,7 @@ def test_what_the_rungs_ray_workers_import_needs_no_jax():
            'print(sorted(m for m in ("jax", "flax", "orbax") if m in sys.modules))')
   res = subprocess.run([sys.executable, '-c', probe], cwd=ROOT, capture_output=True, text=True)
   assert res.returncode == 0 and res.stdout.split() == ['[]'], res.stdout + res.stderr[-2000:]
+  assert launch.run_ladder is run.run_ladder  # the package's name for it, loaded on use
 
 
 def test_without_ray_the_command_names_the_extra(tmp_path):

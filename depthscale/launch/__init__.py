@@ -10,6 +10,17 @@ monitor.py  the launcher's mailbox on the cluster (start and output reports)
 runner.py   the scheduling loop: start, watch, retry, stop
 run.py      run_ladder: the same from Python (notebooks)
 
-The package imports nothing: the rungs' Ray workers import it (host.py, monitor.py) and
-need no JAX.
+The package imports nothing at its start: the rungs' Ray workers import it (host.py,
+monitor.py) and need no JAX; `depthscale.launch.run_ladder` loads run.py when first used.
 """
+
+from __future__ import annotations
+
+import importlib
+
+
+def __getattr__(name: str):
+  """`depthscale.launch.run_ladder` (run.py's), imported on first use."""
+  if name == 'run_ladder':
+    return importlib.import_module('depthscale.launch.run').run_ladder
+  raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
