@@ -85,7 +85,6 @@ def _launch(*args: str, env: dict, code: str = '') -> subprocess.CompletedProces
                         timeout=300, env={**os.environ, **env})
 
 
-@pytest.mark.slow
 def test_what_the_rungs_ray_workers_import_needs_no_jax():
   """The functions and actor of a rung's Ray workers (its host task, the monitor, the signal
   and workdir probes) import no JAX: a worker's start is not a second rung start-up."""
@@ -96,6 +95,7 @@ def test_what_the_rungs_ray_workers_import_needs_no_jax():
   assert launch.run_ladder is run.run_ladder  # the package's name for it, loaded on use
 
 
+@pytest.mark.slow
 def test_without_ray_the_command_names_the_extra(tmp_path):
   res = _launch(f'--config={LADDER}', f'--workdir={tmp_path / "w"}', env={},
                 code='sys.modules["ray"] = None;')
