@@ -111,19 +111,10 @@ def _read_cache(path: str, stamp: str) -> tuple[bytes, ...] | None:
   return tuple(blob[int(e - n):int(e)] for e, n in zip(ends, sizes))
 
 
-def _write_cache(path: str, stamp: str, docs: tuple[bytes, ...]) -> None:
-  """Writes the cache atomically (a temporary file, then a rename); one warning line if it
-  cannot be written."""
-  tmp = f'{path}.{os.getpid()}.tmp'
-  try:
-    os.makedirs(os.path.dirname(path) or '.', exist_ok=True)
-    with open(tmp, 'wb') as f:
-      f.write(json.dumps({'stamp': stamp, 'documents': len(docs)}).encode() + b'\n')
-      f.write(np.array([len(d) for d in docs], '<u8').tobytes())
-      f.write(b''.join(docs))
-    os.replace(tmp, path)
-  except OSError as e:
-    print(f'warning: python_docs cache {path} not written ({e})', file=sys.stderr, flush=True)
+def _encode(stamp: str, docs: tuple[bytes, ...]) -> bytes:
+  """The cache file: a JSON header line (stamp, count), the sizes, then the documents."""
+  header = json.dumps({'stamp': stamp, 'documents': len(docs)}).encode() + b'\n'
+  return header + np.array([len(d) for d in docs], '<u8').tobytes() + b''.join(docs)
 
 
 def load(root: str) -> tuple[bytes, ...]:
@@ -136,7 +127,7 @@ def load(root: str) -> tuple[bytes, ...]:
     return cached
   docs = _topics() + _module_docstrings(root, paths)
   docs = tuple(d.strip().encode('utf-8') for d in docs if d.strip())
-  _write_cache(path, stamp, docs)
+  host_cache.write(path, _encode(stamp, docs), 'python_docs cache')
   return docs
 
 

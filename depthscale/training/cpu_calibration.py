@@ -82,18 +82,11 @@ def read_cache(path: str) -> dict:
 
 
 def write_cache(path: str, key: str, entry: dict) -> bool:
-  """Adds one entry (atomically: a temporary file, then a rename); False with one warning
-  line where the file cannot be written."""
-  tmp = f'{path}.{os.getpid()}.tmp'
-  try:
-    os.makedirs(os.path.dirname(path) or '.', exist_ok=True)
-    with open(tmp, 'w') as f:
-      json.dump({**read_cache(path), key: entry}, f, indent=1, sort_keys=True)
-    os.replace(tmp, path)
-    return True
-  except OSError as e:
-    print(f'warning: CPU options cache {path} not written ({e})', file=sys.stderr, flush=True)
-    return False
+  """Adds one entry (host_cache.write: atomically; False with one warning line where the
+  file cannot be written)."""
+  entries = {**read_cache(path), key: entry}
+  return host_cache.write(path, json.dumps(entries, indent=1, sort_keys=True).encode(),
+                          'CPU options cache')
 
 
 def _timed(step, state, batch) -> tuple:
