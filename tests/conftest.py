@@ -39,9 +39,10 @@ FAST_COMPILE = '--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters
 
 
 def _xla_accepts(flags: str) -> bool:
-  """Whether this jaxlib knows the flags (XLA aborts on an unknown one)."""
+  """Whether this jaxlib knows the flags: XLA aborts on an unknown one when it makes a
+  client (jaxlib alone, 0.3 s; through `import jax` it took 2.6 s before any worker started)."""
   env = {**os.environ, 'XLA_FLAGS': flags}
-  probe = 'import jax.numpy as jnp; jnp.zeros(1).block_until_ready()'
+  probe = 'from jaxlib import xla_client; xla_client.make_cpu_client()'
   return subprocess.run([sys.executable, '-c', probe], env=env, capture_output=True).returncode == 0
 
 
@@ -58,16 +59,29 @@ SLOW_MODULES = ('test_notebooks.py', 'test_launch.py', 'test_sharding.py', 'test
                 'test_stalls.py', 'test_cli.py', 'test_train.py')
 
 
+# The tests of several modules that share a session fixture go to one worker together, so
+# that it is built once (`one_step_rung`: 7-12 s per worker). Checked at collection: a test
+# that uses one of these fixtures and is not listed here is an error.
+SESSION_FIXTURE_USERS = {
+    'one_step_rung': ('tests/test_notebooks.py::test_init_grad_norms_match_the_step_zero_record',
+                      'tests/test_train.py::test_layer_grad_norm_matches_a_float64_norm'),
+}
+
+
 class ModuleFixtureScheduling(LoadScopeScheduling):
   """pytest -n: the tests of a module with a module-scoped fixture go to one worker, so the
-  fixture is built once (the 8-device `cases` run had run on both workers at once); every
-  other test is scheduled on its own, in collection order (slowest modules first)."""
+  fixture is built once (the 8-device `cases` run had run on both workers at once), and so do
+  the users of a fixture in SESSION_FIXTURE_USERS; every other test is scheduled on its own,
+  in collection order (slowest modules first)."""
 
   def __init__(self, config, log=None):
     super().__init__(config, log)
     config.option.loadscopereorder = False  # not largest scope first
 
   def _split_scope(self, nodeid: str) -> str:
+    for fixture, users in SESSION_FIXTURE_USERS.items():
+      if nodeid in users:
+        return fixture
     module = nodeid.split('::', 1)[0]
     return module if _has_module_fixture(module) else nodeid
 
@@ -84,8 +98,13 @@ def pytest_xdist_make_scheduler(config, log):
 
 def pytest_collection_modifyitems(items):
   """The slowest modules first, so that parallel workers (pytest -n) finish together; the
-  multi-device subprocess tests (the `cases` worker run, two processes) are marked slow."""
+  multi-device subprocess tests (the `cases` worker run, two processes) are marked slow; a
+  user of a shared session fixture not in SESSION_FIXTURE_USERS is refused."""
   for item in items:
+    for fixture, users in SESSION_FIXTURE_USERS.items():
+      if fixture in getattr(item, 'fixturenames', ()) and item.nodeid not in users:
+        raise pytest.UsageError(f'{item.nodeid} uses {fixture}: list it in '
+                                'SESSION_FIXTURE_USERS (tests/conftest.py)')
     if item.path.name == 'test_sharding.py' and (
         'cases' in getattr(item, 'fixturenames', ()) or 'two_processes' in item.name):
       item.add_marker(pytest.mark.slow)

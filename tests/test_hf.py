@@ -5,6 +5,7 @@ transformers with depthscale's logits and imports back bit for bit; what does no
 refused in one line naming the field. Also the model options the import needs: matrix
 biases (model.attn_bias, model.mlp_bias) and RoPE scaling."""
 
+import importlib.util
 import json
 import math
 import os
@@ -16,8 +17,23 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-torch = pytest.importorskip('torch')
-transformers = pytest.importorskip('transformers')
+pytestmark = pytest.mark.skipif(
+    not all(importlib.util.find_spec(m) for m in ('torch', 'transformers')),
+    reason='the test extra brings torch and transformers')
+
+
+class _OnFirstUse:
+  """A module imported at its first attribute, not at collection: torch and transformers
+  take ~2.5 s to import, which the xdist worker that runs none of these tests paid too."""
+
+  def __init__(self, name: str):
+    self._name = name
+
+  def __getattr__(self, attr):
+    return getattr(importlib.import_module(self._name), attr)
+
+
+torch, transformers = _OnFirstUse('torch'), _OnFirstUse('transformers')
 
 from depthscale import hf  # noqa: E402
 from depthscale.config import default_config, validate  # noqa: E402
