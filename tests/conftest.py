@@ -60,8 +60,9 @@ SLOW_MODULES = ('test_notebooks.py', 'test_launch.py', 'test_sharding.py', 'test
 
 
 # The tests of several modules that share a session fixture go to one worker together, so
-# that it is built once (`one_step_rung`: 7-12 s per worker). Checked at collection: a test
-# that uses one of these fixtures and is not listed here is an error.
+# that it is built once (`one_step_rung`: 7 s per worker on the AMD host, 12-16 s on the
+# Xeon). Checked at collection: a test that uses one of these fixtures and is not listed
+# here is an error.
 SESSION_FIXTURE_USERS = {
     'one_step_rung': ('tests/test_notebooks.py::test_init_grad_norms_match_the_step_zero_record',
                       'tests/test_train.py::test_layer_grad_norm_matches_a_float64_norm'),

@@ -24,7 +24,8 @@ pytestmark = pytest.mark.skipif(
 
 class _OnFirstUse:
   """A module imported at its first attribute, not at collection: torch and transformers
-  take ~2.5 s to import, which the xdist worker that runs none of these tests paid too."""
+  take 2.5 s (AMD host) to 3.5-4 s (Xeon) to import, which the xdist worker that runs
+  none of these tests paid too."""
 
   def __init__(self, name: str):
     self._name = name
