@@ -136,6 +136,7 @@ def test_without_ray_address_it_starts_its_own_instance_beside_a_running_cluster
                        capture_output=True, timeout=TIMEOUT, env=env)
   assert res.returncode == 0, res.stderr[-3000:]
   assert 'rungs on the Ray cluster started here (1 node;' in res.stdout
+  assert 'os.fork()' not in res.stderr  # JAX's warning, about Ray's fork and exec of its daemons
   assert len(cluster.list_all_nodes()) == 3  # the running cluster untouched
 
 

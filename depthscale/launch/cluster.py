@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import socket
 import uuid
+import warnings
 
 from depthscale import storage
 from depthscale.errors import ConfigError
@@ -26,7 +27,10 @@ def connect(address: str | None):
   if address and address != 'auto':
     _check_reachable(address)
   try:
-    context = ray.init(address=address or 'local', logging_level='ERROR', log_to_driver=False)
+    with warnings.catch_warnings():  # JAX's warning on fork (its backend is up after the local
+      # checks) does not apply: Ray forks only to exec its own processes
+      warnings.filterwarnings('ignore', r'os\.fork\(\) was called', RuntimeWarning)
+      context = ray.init(address=address or 'local', logging_level='ERROR', log_to_driver=False)
   except (ConnectionError, RuntimeError, ValueError, TimeoutError) as e:
     text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
     raise ConfigError(f'RAY_ADDRESS={address!r} is invalid: allowed the address of a running '
