@@ -7,8 +7,10 @@ per rung, as many rungs at once as the host has cores).
 
 Each round runs both from scratch in fresh workdirs, the order alternating between rounds
 (the host's load hits both alike); wall time is the whole command (start-up, Ray's start,
-compiles, training, the table). No compilation cache. Prints each run, the load average
-around it, and the median ratio launch / sequential of rungs per hour.
+compiles, training, the table). Both use their ladder's own compilation cache, as a user's
+run does (WORKDIR/.jax_cache, empty at the start; JAX_COMPILATION_CACHE_DIR is removed from
+the environment). Prints each run, the load average around it, and the median ratio
+launch / sequential of rungs per hour.
 """
 
 from __future__ import annotations

@@ -70,7 +70,7 @@ def measure(cfg, repeats: int, full: bool) -> dict:
   for i in range(repeats + 1):  # the first round warms up; interleaved so load hits both alike
     for name, fn in steps.items():
       t0 = time.perf_counter()
-      state, out = fn(state, batch)
+      state, out = fn(state, batch, plan.scalar(cfg.optim.lr))
       jax.block_until_ready(out)
       if i:
         times[name].append(time.perf_counter() - t0)

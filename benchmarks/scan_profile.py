@@ -54,7 +54,8 @@ def plain_step(name: str, unroll_max_layers: int):
   batch = plan.global_batch(next(data.train_iterator(cfg.data, 0)))
   t0 = time.perf_counter()
   step = plan.compile_train_step(make_train_step(model, tx, schedule(cfg), cfg), state, batch)
-  return step, state, batch, time.perf_counter() - t0
+  lr = plan.scalar(cfg.optim.lr)
+  return lambda s, b: step(s, b, lr), state, batch, time.perf_counter() - t0
 
 
 def timed(step, state, batch):

@@ -145,7 +145,7 @@ def default_config() -> ConfigDict:
   t.checkpoint_every = 100  # steps between checkpoints (and at the end)
   t.keep_checkpoints = 2  # checkpoints kept on disk
   t.watchdog_seconds = 1800.0  # a stuck step, analysis, eval or checkpoint exits non-zero after this; 0 = off
-  t.cpu_options = 'auto'  # train step's XLA-CPU dots where oneDNN is allowed (x86, one CPU device, no compilation cache): 'onednn', 'eigen', or 'auto' (timed once per host and shape, cached; depthscale.training.cpu_calibration)
+  t.cpu_options = 'auto'  # train step's XLA-CPU dots where oneDNN is allowed (x86, one CPU device, no compilation cache: --nocompilation_cache or a bucket workdir): 'onednn', 'eigen', or 'auto' (timed once per host and shape, cached; depthscale.training.cpu_calibration)
   t.prores = 'none'  # ProRes schedule: see depthscale.training.dynamics.PRORES
   t.prores_warmup_steps = 0  # ProRes W: total warmup steps (layer l done at ~W l / L)
   t.prores_value = 'zero'  # ProRes stagewise floor / fix constant: zero, inv_L, inv_sqrt_L, inv_sqrt_l
@@ -202,6 +202,15 @@ def flatten(d: dict, prefix: str = '') -> dict:
     else:
       out[prefix + k] = v
   return out
+
+
+def key_without(cfg: ConfigDict, fields) -> str:
+  """cfg as sorted JSON with each (section, field) of `fields` set to its type's zero: equal
+  for configs that differ only there."""
+  c = cfg.copy_and_resolve_references()
+  for section, field in fields:
+    c[section][field] = type(c[section][field])(0)
+  return c.to_json_best_effort(sort_keys=True)
 
 
 def _fail(field: str, value, allowed: str) -> None:

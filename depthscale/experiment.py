@@ -12,7 +12,7 @@ from typing import Any
 
 import depthscale.posthoc  # registers the post-hoc procedures a config can switch on
 from depthscale import config as config_lib
-from depthscale import storage, sweep
+from depthscale import program_cache, storage, sweep
 from depthscale.config import default_config
 from depthscale.ladder import Rung
 from depthscale.results.report import rung_row, table
@@ -230,15 +230,19 @@ def prepare(config_arg: str, workdir: str, overrides: dict[str, Any] | None = No
 
 
 def run_ladder(config_arg: str, workdir: str, overrides: dict[str, Any] | None = None,
-               rung: str | None = None, allow_config_change: bool = False) -> list[dict]:
+               rung: str | None = None, allow_config_change: bool = False,
+               compilation_cache: bool = True) -> list[dict]:
   """Trains every selected rung in workdir/<rung name>/ (resuming or skipping finished
   ones) and returns the table rows; prints the comparison table at the end.
   allow_config_change: resume rungs whose config changed in fields that change the
   computed function or the data order (see depthscale.training.resume).
   In a learning-rate sweep (ladder.lr_sweep) a diverged stage-1 rung is recorded and the
   ladder goes on; an extension rung trains past the edge of the rates before it or, not
-  needed, trains nothing; a stage-2 rung trains at the best stage-1 rate (depthscale.sweep)."""
+  needed, trains nothing; a stage-2 rung trains at the best stage-1 rate (depthscale.sweep).
+  compilation_cache: the rungs share compiled programs (depthscale.program_cache)."""
   resolved = prepare(config_arg, workdir, overrides, rung)
+  if compilation_cache:
+    program_cache.share(workdir)
   stage1 = stage1_rungs(config_arg)
   rows = []
   for r, cfg in resolved:

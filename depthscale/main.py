@@ -1,5 +1,6 @@
 """Command line: python -m depthscale.main --config=experiments/FILE.py[:ARG] --workdir=DIR
 [--config.SECTION.FIELD=VALUE ...] [--rung=NAME_OR_INDEX] [--allow_config_change] [--verbose]
+[--nocompilation_cache]
 [--dry_run [--topology=v5p-64 [--num_slices=N] [--smallest_slice]
            | --topology=h100-8 [--num_nodes=N]]
 [--dry_run_json=PATH [--dry_run_resume]]]
@@ -58,6 +59,10 @@ _ALLOW_CHANGE = flags.DEFINE_bool('allow_config_change', False, 'Resume rungs wh
                                    'changed in fields that change the computed function or '
                                    'the data order (model, optim, data, seeds); the change '
                                    'is kept in config_history.jsonl.')
+_CACHE = flags.DEFINE_bool('compilation_cache', True, "The rungs share compiled programs "
+                           'through a JAX compilation cache in WORKDIR/.jax_cache (local '
+                           'workdirs; JAX_COMPILATION_CACHE_DIR names another); '
+                           '--nocompilation_cache: none, and oneDNN dots on x86 CPUs.')
 _VERBOSE = flags.DEFINE_bool('verbose', False, 'Print the traceback of errors that otherwise '
                              'end in one line.')
 _MULTI_HOST = flags.DEFINE_bool('multi_host', False, 'Call jax.distributed.initialize() with '
@@ -149,7 +154,8 @@ def main(argv: list[str]) -> None:
               _DRY_RUN_JSON.value, num_nodes=_NUM_NODES.value, resume=_DRY_RUN_RESUME.value,
               smallest=_SMALLEST.value)
     else:
-      run_ladder(config_arg, _WORKDIR.value, overrides, _RUNG.value, _ALLOW_CHANGE.value)
+      run_ladder(config_arg, _WORKDIR.value, overrides, _RUNG.value, _ALLOW_CHANGE.value,
+                 _CACHE.value)
   except ConfigError as e:
     _usage_error(str(e))
   except NonFiniteError as e:

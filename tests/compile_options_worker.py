@@ -52,7 +52,7 @@ def programs(cfg, devices, plain: bool = True, stats: bool = True) -> dict:
   if plain:
     state = fresh()
     step = plan.compile_train_step(make_train_step(model, tx, lr_fn, cfg), state, batch)
-    out = step(state, batch)[1]
+    out = step(state, batch, plan.scalar(cfg.optim.lr))[1]
     result['plain'] = {'loss': float(out['loss']), 'grad_norm': float(out['grad_norm'])}
   if not stats:
     return result
@@ -60,7 +60,7 @@ def programs(cfg, devices, plain: bool = True, stats: bool = True) -> dict:
   state = fresh()
   before = jax.device_get(state['params'])  # the step donates the state
   step = plan.compile_train_step(make_train_step(stats_model, tx, lr_fn, cfg), state, batch)
-  state, out = step(state, batch)
+  state, out = step(state, batch, plan.scalar(cfg.optim.lr))
   result['stats'] = _floats({k: out[k] for k in ('loss', 'grad_norm', 'param_norm',
                                                   'logit_max', 'lr', 'layers')})
   result['update'] = _floats(jax.tree.map(lambda a, b: np.asarray(a, np.float64) - b,

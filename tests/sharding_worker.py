@@ -80,9 +80,10 @@ def sharded(cfg) -> dict:
   it = data.train_iterator(cfg.data, cfg.train.seed)
   batch = plan.global_batch(next(it))
   step = plan.compile_train_step(make_train_step(model, tx, schedule(cfg)), state, batch)
+  lr = plan.scalar(cfg.optim.lr)
   losses, layers = [], []
   for s in range(cfg.train.steps):
-    state, out = step(state, batch if s == 0 else plan.global_batch(next(it)))
+    state, out = step(state, batch if s == 0 else plan.global_batch(next(it)), lr)
     losses.append(float(out['loss']))
     layers.append({k: [float(x) for x in v] for k, v in jax.device_get(out['layers']).items()})
   return {'loss': losses, 'layers': layers}

@@ -13,6 +13,7 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from depthscale.storage import read_jsonl
+from tests.helpers import ROOT
 from depthscale.training import host_cuda, host_libtpu, topology
 
 pytestmark = pytest.mark.slow  # subprocesses of the CLI, end to end
@@ -113,6 +114,26 @@ def test_sigterm_saves_and_resume_matches_uninterrupted(tmp_path, experiment):
   resumed = read_jsonl(tmp_path / 'a' / 'pre' / 'train_log.jsonl')
   straight = read_jsonl(tmp_path / 'b' / 'pre' / 'train_log.jsonl')
   assert [r['train/loss'] for r in resumed] == [r['train/loss'] for r in straight]
+
+
+def test_a_sweeps_rungs_share_compiled_programs_in_the_ladder_directory(tmp_path):
+  """With no compilation cache set, a ladder's rungs share WORKDIR/.jax_cache (every program
+  written, however quick to compile): the second rate of a sweep adds no entry, as its
+  programs are the first rate's; --nocompilation_cache writes none, even for the stage-2
+  rung's new seed."""
+  env = {k: v for k, v in os.environ.items() if k != 'JAX_COMPILATION_CACHE_DIR'}
+  env['JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS'] = '0'
+  workdir = tmp_path / 'w'
+  cache = workdir / '.jax_cache'
+  args = [f'--config={ROOT}/tests/launch_ladder.py:sweep', f'--workdir={workdir}',
+          '--config.train.steps=4']
+  entries = []
+  for rung, flags in (('v_lr1e-3', []), ('v_lr1e-2', []), ('v_best_s1', ['--nocompilation_cache'])):
+    res = _cli(*args, f'--rung={rung}', *flags, env=env)
+    assert res.returncode == 0, res.stderr[-2000:]
+    entries.append(sorted(os.listdir(cache)))
+  assert any(e.startswith('jit_step') for e in entries[0])
+  assert entries[0] == entries[1] == entries[2]
 
 
 # libtpu's start-up lines on a host without a TPU when nothing names the host.

@@ -88,7 +88,8 @@ def test_timing_picks_the_faster_step_and_leaves_the_state():
   runs = {light: 0, heavy: 0}
 
   def counted(fn):
-    def step(s, b):
+    def step(s, b, lr):
+      del lr  # the train step's argument
       runs[fn] += 1
       return fn(s, b)
     return step
@@ -96,7 +97,7 @@ def test_timing_picks_the_faster_step_and_leaves_the_state():
   for fast, order in ((default, (default, other)), (other, (default, other)),
                       (other, (other, default))):
     steps = {n: counted(light if n == fast else heavy) for n in order}
-    times = cpu_calibration.time_steps(steps, state, batch)
+    times = cpu_calibration.time_steps(steps, state, batch, 1e-3)
     assert all(len(t) == cpu_calibration.TIMED for t in times.values())
     assert cpu_calibration.choose(times) == fast, times
   expected = 3 * (cpu_calibration.WARMUP + cpu_calibration.TIMED)
@@ -167,7 +168,7 @@ def test_bad_value_is_one_line_error():
 def test_a_named_set_is_used_without_calibrating(cache, compiles, choice_allowed):
   """train.cpu_options='eigen': one compile, with the Eigen set; no timing, no cache."""
   plan, fn, state, batch = plain_step(config())
-  _, record = cpu_calibration.compile_plain(plan, fn, state, batch, 'eigen', 10**6)
+  _, record = cpu_calibration.compile_plain(plan, fn, state, batch, plan.scalar(1e-3), 'eigen', 10**6)
   assert record == {'choice': 'eigen', 'source': 'config'} and compiles == ['eigen']
   assert not os.path.exists(cache)
 
@@ -179,7 +180,7 @@ def test_auto_keeps_the_default_for_a_short_run(cache, compiles, monkeypatch):
   compiled once and timed once; nothing cached."""
   monkeypatch.setattr(ops, 'onednn_allowed', lambda target, devices=1: True)
   plan, fn, state, batch = plain_step(config())
-  _, record = cpu_calibration.compile_plain(plan, fn, state, batch, 'auto', 1)
+  _, record = cpu_calibration.compile_plain(plan, fn, state, batch, plan.scalar(1e-3), 'auto', 1)
   assert record['choice'] == cpu_calibration.DEFAULT and record['source'] == 'short run'
   assert compiles == [cpu_calibration.DEFAULT] and not os.path.exists(cache)
 
@@ -189,7 +190,7 @@ def test_no_choice_where_onednn_is_not_allowed(cache, compiles):
   cacheable set: no choice, no calibration, nothing recorded."""
   assert jax.config.jax_compilation_cache_dir
   plan, fn, state, batch = plain_step(config())
-  _, record = cpu_calibration.compile_plain(plan, fn, state, batch, 'auto', 10**6)
+  _, record = cpu_calibration.compile_plain(plan, fn, state, batch, plan.scalar(1e-3), 'auto', 10**6)
   assert record is None and len(compiles) == 1 and not os.path.exists(cache)
 
 

@@ -15,7 +15,7 @@ from depthscale import launch, storage
 from depthscale.errors import ConfigError
 from depthscale.experiment import prepare
 from depthscale.launch import __main__ as cli
-from depthscale.launch import attempt, cluster, plan, run
+from depthscale.launch import attempt, cluster, plan, run, runner
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LADDER = os.path.join(ROOT, 'tests', 'launch_ladder.py')
@@ -47,6 +47,25 @@ def test_tasks_carry_each_rungs_needs_and_resources(tmp_path):
   assert {t.cpus for t in tasks.values()} == {2} and tasks['v_lr1e-3'].resources == '2 CPUs'
   gang = plan.Task('x', (), 10, cpus=4, hosts=2, tpu='', gpus=8, retries=3)
   assert gang.resources == '2 hosts x 4 CPUs, 8 GPUs'
+
+
+def test_rungs_that_run_the_same_programs_start_one_of_each_first(tmp_path, monkeypatch):
+  """A task's wave counts the rungs before it that run its compiled programs (differing only
+  in optim.lr or train.seed): a sweep's rates and its stage-2 seed are waves 0, 1, 2, rungs
+  of two depths both wave 0; the launcher starts ready rungs by wave, then in ladder order."""
+  sweep = plan.tasks(prepare(f'{LADDER}:sweep', str(tmp_path), check_machine=False))
+  assert [(t.name, t.wave) for t in sweep] == [('v_lr1e-3', 0), ('v_lr1e-2', 1), ('v_best_s1', 2)]
+  depths = plan.tasks(prepare(LADDER, str(tmp_path), check_machine=False))
+  assert [(t.name, t.wave) for t in depths] == [('L1', 0), ('L2', 0)]
+  started = []
+  monkeypatch.setattr(runner.Launcher, '_start', lambda self, r: started.append(r.task.name))
+  launcher = runner.Launcher.__new__(runner.Launcher)  # no cluster: only the start order
+  launcher.stopping = 0
+  launcher.rungs = {t.name: runner.RungState(t) for t in (
+      plan.Task(n, (), 10, 1, 1, '', 0, 3, wave) for n, wave in (
+          ('a_lr1', 0), ('a_lr2', 1), ('a_lr3', 2), ('b_lr1', 0), ('b_lr2', 1)))}
+  launcher._start_ready()  # pylint: disable=protected-access
+  assert started == ['a_lr1', 'b_lr1', 'a_lr2', 'b_lr2', 'a_lr3']
 
 
 def test_done_reads_a_rung_directory(tmp_path):

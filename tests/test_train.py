@@ -6,12 +6,14 @@ import subprocess
 import sys
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
 
-from depthscale import data
+from depthscale import data, program_cache
 from depthscale.model.transformer import make_model
+from depthscale.training import dryrun, sharding
 from depthscale.training.loop import NonFiniteError, evaluate, train_rung
 from depthscale.training.optim import make_optimizer, schedule
 from depthscale.training.steps import init_state, make_eval_step, make_train_step, weighted_loss
@@ -82,6 +84,55 @@ def test_schedules_warm_up_then_decay():
     assert final == pytest.approx(expect, rel=1e-4)
   wsd = schedule(tiny_config(**{'optim.schedule': 'wsd', 'train.steps': 100, 'optim.warmup_steps': 10}))
   assert float(wsd(79)) == pytest.approx(tiny_config().optim.lr)
+
+
+def _lowered_step(**changes) -> str:
+  """The text of the trainer's train step of tiny_config(**changes), lowered on abstract
+  arrays as the loop lowers it."""
+  cfg = tiny_config(**changes)
+  model, tx = make_model(cfg), make_optimizer(cfg)
+  plan = sharding.make_plan(cfg, model, tx, init_state)
+  state = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+                       plan.abstract_state, plan.state)
+  step = make_train_step(model, tx, schedule(cfg), cfg)
+  return plan.lower_train_step(step, state, dryrun.abstract_batch(cfg, plan)).as_text()
+
+
+def test_every_rate_and_seed_of_a_sweep_lowers_to_one_train_step():
+  """The peak learning rate and the seed are arguments of the compiled train step, not
+  constants: rungs that differ only there lower to one program (their ladder compiles it
+  once, depthscale.program_cache) and program_key says so; another warmup is another
+  program and another key."""
+  variants = [{}, {'optim.lr': 0.03}, {'train.seed': 7}, {'optim.warmup_steps': 3}]
+  texts = [_lowered_step(**v) for v in variants]
+  keys = [program_cache.program_key(tiny_config(**v)) for v in variants]
+  assert texts[0] == texts[1] == texts[2] != texts[3]
+  assert keys[0] == keys[1] == keys[2] != keys[3]
+
+
+def test_the_rate_as_an_argument_trains_as_the_rate_as_a_constant():
+  """Three steps with the peak rate passed as an array equal three steps with optim.lr
+  compiled in (logged rates equal, parameters to float32 rounding); twice the rate logs twice
+  the rate and moves the parameters elsewhere."""
+  cfg = tiny_config(**{'optim.lr': 0.01, 'optim.warmup_steps': 2})
+  model, tx = make_model(cfg), make_optimizer(cfg)
+  step = jax.jit(make_train_step(model, tx, schedule(cfg), cfg))
+  batch = next(data.train_iterator(cfg.data, cfg.train.seed))
+  runs = {}
+  for name, lr in (('constant', None), ('argument', jnp.float32(0.01)),
+                   ('double', jnp.float32(0.02))):
+    state, lrs = init_state(model, tx, cfg.train.seed, cfg.data.seq_len), []
+    for _ in range(3):
+      state, out = step(state, batch, lr)
+      lrs.append(float(out['lr']))
+    runs[name] = (jax.device_get(state['params']), lrs)
+  assert runs['constant'][1] == runs['argument'][1] == pytest.approx([0.0, 0.005, 0.01], rel=1e-6)
+  assert runs['double'][1] == pytest.approx([0.0, 0.01, 0.02], rel=1e-6)
+  diff = lambda other: max(jax.tree.leaves(jax.tree.map(
+      lambda a, b: float(np.max(np.abs(a - b))), runs['constant'][0], runs[other][0])))
+  # float32 rounding (XLA folds a constant rate into other factors), amplified where Adam
+  # divides tiny gradients: within 2e-4 of a step's size (0.01); the double rate moves more
+  assert diff('argument') < 2e-6 and diff('double') > 1e-3, (diff('argument'), diff('double'))
 
 
 def test_weight_decay_mask():

@@ -3,9 +3,10 @@ section, after the rung's overrides) and what its directory already holds."""
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 
-from depthscale import storage, sweep
+from depthscale import program_cache, storage, sweep
 from depthscale.ladder import Rung
 
 
@@ -20,6 +21,7 @@ class Task:
   tpu: str
   gpus: int
   retries: int
+  wave: int = 0  # the k-th rung (0-based) of those that run its compiled programs
 
   @property
   def resources(self) -> str:
@@ -32,12 +34,14 @@ class Task:
 
 def tasks(resolved: list[tuple[Rung, object]]) -> list[Task]:
   """The launcher's tasks of resolved (rung, config) pairs, in the ladder's order; needs
-  outside the selection stay (they must be finished on disk)."""
-  out = []
+  outside the selection stay (they must be finished on disk). A task's wave counts the
+  rungs before it that run the same compiled programs (program_cache.program_key)."""
+  out, seen = [], collections.Counter()
   for r, cfg in resolved:
-    la = cfg.launch
+    la, key = cfg.launch, program_cache.program_key(cfg)
     out.append(Task(r.name, tuple(r.needs), cfg.train.steps, la.cpus, la.hosts, la.tpu, la.gpus,
-                    la.retries))
+                    la.retries, seen[key]))
+    seen[key] += 1
   return out
 
 

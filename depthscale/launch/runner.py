@@ -98,7 +98,11 @@ class Launcher:
         else 'killing the running rungs'), file=sys.stderr, flush=True)
 
   def _start_ready(self) -> None:
-    for r in self.rungs.values():
+    """Starts the waiting rungs whose needs have finished, by wave, then in the ladder's order:
+    the first rung of each set that shares compiled programs goes before the second of any,
+    so that rungs running at once compile different programs and the rest find theirs in
+    the ladder's compilation cache (depthscale.program_cache)."""
+    for r in sorted(self.rungs.values(), key=lambda r: r.task.wave):
       if r.state != 'waiting':
         continue
       if self.stopping:

@@ -89,14 +89,14 @@ def write_cache(path: str, key: str, entry: dict) -> bool:
                           'CPU options cache')
 
 
-def _timed(step, state, batch) -> tuple:
+def _timed(step, state, batch, lr) -> tuple:
   t0 = time.perf_counter()
-  state, out = step(state, batch)
+  state, out = step(state, batch, lr)
   jax.block_until_ready((state, out))
   return state, 1e3 * (time.perf_counter() - t0)
 
 
-def time_steps(steps: dict, state, batch, warm: tuple = ()) -> dict:
+def time_steps(steps: dict, state, batch, lr, warm: tuple = ()) -> dict:
   """name -> the ms of each of TIMED steps of that compiled step, after WARMUP, the names
   interleaved (A B A B ...) and chained on a copy of `state` (the steps donate it; `state`
   itself is untouched). warm: the names already run once (their warm-up is done)."""
@@ -106,7 +106,7 @@ def time_steps(steps: dict, state, batch, warm: tuple = ()) -> dict:
     for name, step in steps.items():
       if r < WARMUP and name in warm:
         continue
-      state, ms = _timed(step, state, batch)
+      state, ms = _timed(step, state, batch, lr)
       if r >= WARMUP:
         times[name].append(ms)
   return times
@@ -126,13 +126,14 @@ def worth_calibrating(steps_left: int, step_ms: float, compile_s: float, sets: i
   return steps_left * step_ms / 1e3 * PAYBACK_GAIN >= cost_s
 
 
-def compile_plain(plan, step_fn, state, batch, mode: str, steps_left: int,
+def compile_plain(plan, step_fn, state, batch, lr, mode: str, steps_left: int,
                   resumed: str | None = None) -> tuple:
   """(the plain train step compiled, a record of how its CPU options were chosen, or None
   where there is no choice). mode is train.cpu_options: a set's name, or 'auto': the choice
   of the run this one resumes (`resumed`: it then computes what that run would have), else
   the cached choice for this host and step, else a calibration if worth_calibrating, else
-  DEFAULT. The record's 'seconds': the wall time 'auto' added to the one compile a rung needs."""
+  DEFAULT. The record's 'seconds': the wall time 'auto' added to the one compile a rung needs.
+  lr: the step's learning-rate argument (Plan.scalar), for the timed steps."""
   lowered = plan.lower_train_step(step_fn, state, batch)
   if not ops.onednn_allowed(plan.platform, plan.mesh.size):
     return plan.compile_lowered(lowered), None
@@ -151,12 +152,12 @@ def compile_plain(plan, step_fn, state, batch, mode: str, steps_left: int,
   t1 = time.perf_counter()
   steps = {DEFAULT: plan.compile_lowered(lowered, cpu_set=DEFAULT)}
   compile_s = time.perf_counter() - t1
-  _, first_ms = _timed(steps[DEFAULT], sharding.owned_copy(state), batch)
+  _, first_ms = _timed(steps[DEFAULT], sharding.owned_copy(state), batch, lr)
   record = {'choice': DEFAULT, 'source': 'short run'}
   if worth_calibrating(steps_left, first_ms, compile_s, len(ops.CPU_OPTION_SETS)):
     steps.update({name: plan.compile_lowered(lowered, cpu_set=name)
                   for name in ops.CPU_OPTION_SETS if name != DEFAULT})
-    times = time_steps(steps, state, batch, warm=(DEFAULT,))
+    times = time_steps(steps, state, batch, lr, warm=(DEFAULT,))
     entry = {'choice': choose(times), 'host': host(), 'date': datetime.date.today().isoformat(),
              'ms': {name: float(np.median(t)) for name, t in times.items()},
              'timed_ms': times, 'load': os.getloadavg()[0]}

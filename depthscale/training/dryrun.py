@@ -15,6 +15,7 @@ from jax._src import xla_bridge
 from jax._src.lib import _jax
 
 from depthscale import storage
+from depthscale.config import key_without
 from depthscale.errors import ConfigError
 from depthscale.model import ops
 from depthscale.model.param_tree import LOOP_LORA
@@ -425,10 +426,7 @@ VALUE_ONLY = (('train', 'seed'), ('train', 'steps'), ('optim', 'lr'), ('optim', 
 
 
 def _shape_key(cfg) -> str:
-  c = cfg.copy_and_resolve_references()
-  for section, field in VALUE_ONLY:
-    c[section][field] = type(c[section][field])(0)
-  return c.to_json_best_effort(sort_keys=True)
+  return key_without(cfg, VALUE_ONLY)
 
 
 def summary(record: dict) -> str:

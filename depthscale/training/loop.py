@@ -250,13 +250,14 @@ class _Run:
     self.eval_set = [self.plan.global_batch(b) for b in data.eval_batches(
         cfg.data, t.seed, cfg.data.eval_batches, jax.process_index(), jax.process_count())]
     lr_fn = schedule(cfg)
+    self.lr = self.plan.scalar(cfg.optim.lr)  # an argument of the train step, not a constant
     self.batch = self.plan.global_batch(next(self.it))
     watchdog.pause()  # compiling: long, and no other process is involved
     t0 = time.perf_counter()
     chosen = storage.join(workdir, 'cpu_options.json')
     resumed = storage.read_json(chosen)['choice'] if start and storage.exists(chosen) else None
     self.plain, self.cpu_options = cpu_calibration.compile_plain(
-        self.plan, make_train_step(model, tx, lr_fn, cfg), self.state, self.batch,
+        self.plan, make_train_step(model, tx, lr_fn, cfg), self.state, self.batch, self.lr,
         t.cpu_options, t.steps - start, resumed)
     self.compile_s = time.perf_counter() - t0 - (self.cpu_options or {}).get('seconds', 0.0)
     if self.cpu_options and self.lead:
@@ -301,7 +302,7 @@ class _Run:
         self._analyse(s)  # the last one shares the final logging step's record
       step_fn = self.with_stats if s % t.log_every == 0 or s == steps - 1 else self.plain
       self.watchdog.enter('train step', s)
-      self.state, out = step_fn(self.state, self.batch)
+      self.state, out = step_fn(self.state, self.batch, self.lr)
       self.ckpt.check()  # a failed background save ends the run at once
       preempted = self.any_process(preempt.requested)  # the same step on every process
       self._finish(pending)

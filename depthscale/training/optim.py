@@ -19,24 +19,31 @@ from depthscale.training import dynamics, llr, muon
 OPTIMIZERS = ('adamw', 'muon')  # optim.name; muon: Muon on every matrix outside embeddings and head
 
 
-def schedule(cfg) -> optax.Schedule:
-  """Learning rate vs step: linear warmup from 0 to optim.lr, then optim.schedule."""
+def schedule(cfg) -> Callable:
+  """Learning rate vs step, lr_fn(count, peak=None): linear warmup from 0 to the peak, then
+  optim.schedule. The peak is optim.lr, or `peak` (an array: the train step takes the rate as
+  an argument, so every rate of a sweep runs one compiled program)."""
   o, steps = cfg.optim, cfg.train.steps
-  peak, floor = o.lr, o.lr * o.min_lr_ratio
   rest = max(steps - o.warmup_steps, 1)
-  if o.schedule == 'constant':
-    after = optax.constant_schedule(peak)
-  elif o.schedule == 'cosine':
-    after = optax.cosine_decay_schedule(peak, rest, alpha=o.min_lr_ratio)
-  elif o.schedule == 'linear':
-    after = optax.linear_schedule(peak, floor, rest)
-  else:  # wsd: warmup, stable, then linear decay over the last decay_fraction of steps
-    decay = max(int(round(o.decay_fraction * steps)), 1)
-    after = optax.join_schedules(
-        [optax.constant_schedule(peak), optax.linear_schedule(peak, floor, decay)],
-        [max(rest - decay, 0)])
-  warm = optax.linear_schedule(0.0, peak, max(o.warmup_steps, 1))
-  return optax.join_schedules([warm, after], [o.warmup_steps])
+
+  def lr_fn(count, peak=None):
+    peak = o.lr if peak is None else peak
+    floor = peak * o.min_lr_ratio
+    if o.schedule == 'constant':
+      after = optax.constant_schedule(peak)
+    elif o.schedule == 'cosine':
+      after = optax.cosine_decay_schedule(peak, rest, alpha=o.min_lr_ratio)
+    elif o.schedule == 'linear':
+      after = optax.linear_schedule(peak, floor, rest)
+    else:  # wsd: warmup, stable, then linear decay over the last decay_fraction of steps
+      decay = max(int(round(o.decay_fraction * steps)), 1)
+      after = optax.join_schedules(
+          [optax.constant_schedule(peak), optax.linear_schedule(peak, floor, decay)],
+          [max(rest - decay, 0)])
+    warm = optax.linear_schedule(0.0, peak, max(o.warmup_steps, 1))
+    return optax.join_schedules([warm, after], [o.warmup_steps])(count)
+
+  return lr_fn
 
 
 def decay_mask(cfg, params):
@@ -106,10 +113,23 @@ def scale_by_multipliers(mult_fn: Callable) -> optax.GradientTransformation:
   return optax.GradientTransformation(init_fn, update_fn)
 
 
+def scale_by_schedule(lr_fn: Callable) -> optax.GradientTransformationExtraArgs:
+  """optax.scale_by_learning_rate(lr_fn) (the same state), with the schedule's peak the extra
+  argument `lr` of update (None: lr_fn's own)."""
+
+  def update_fn(updates, state, params=None, *, lr=None, **extra_args):
+    del extra_args
+    return optax.scale_by_learning_rate(lambda count: lr_fn(count, lr)).update(
+        updates, state, params)
+
+  return optax.GradientTransformationExtraArgs(optax.scale_by_learning_rate(lr_fn).init,
+                                               update_fn)
+
+
 def make_optimizer(cfg) -> optax.GradientTransformation:
   """optax chain: clip by global norm; per group Adam (epsilon) or Muon and decoupled weight
-  decay (lambda); per-leaf LR multipliers (parametrization, Q/K slow-down, LLR); the schedule;
-  then nGPT's weight re-normalization."""
+  decay (lambda); per-leaf LR multipliers (parametrization, Q/K slow-down, LLR); the schedule
+  (its peak: update's extra argument `lr`, else optim.lr); then nGPT's weight re-normalization."""
   o = cfg.optim
   parts = [optax.clip_by_global_norm(o.clip_norm)] if o.clip_norm else []
   parts += [optax.multi_transform(_groups(cfg), lambda params: jax.tree_util.tree_map_with_path(
@@ -117,7 +137,7 @@ def make_optimizer(cfg) -> optax.GradientTransformation:
             scale_by_multipliers(lambda step, params: lr_multipliers(cfg, step, params))]
   if o.llr:
     parts.append(llr.scale_by_llr(cfg))
-  parts.append(optax.scale_by_learning_rate(schedule(cfg)))
+  parts.append(scale_by_schedule(schedule(cfg)))
   if PLACEMENTS[cfg.model.block].unit_sphere:  # nGPT: weights back onto the unit sphere
     parts.append(ngpt.renormalize())
   return optax.chain(*parts)

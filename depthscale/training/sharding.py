@@ -189,15 +189,22 @@ class Plan:
                                            donate_argnums=donate_argnums), options, opt_level)
 
   def lower_train_step(self, step_fn, state, batch):
-    """state, batch -> (state, out), lowered: the state is donated and outputs are replicated."""
-    return self.lower(step_fn, (self.state, self.batch), (self.state, self.replicated),
-                      state, batch, donate_argnums=0)
+    """state, batch, lr -> (state, out), lowered: the state is donated, the peak learning rate
+    lr is a float32 scalar (scalar(lr): one program for every rate of a sweep) and outputs
+    are replicated."""
+    lr = jax.ShapeDtypeStruct((), jnp.float32)
+    return self.lower(step_fn, (self.state, self.batch, self.replicated),
+                      (self.state, self.replicated), state, batch, lr, donate_argnums=0)
 
   def compile_train_step(self, step_fn, state, batch, options: dict | None = None,
                          cpu_set: str = 'onednn'):
     """lower_train_step compiled (options, cpu_set: see compile_lowered)."""
     return self.compile_lowered(self.lower_train_step(step_fn, state, batch), options,
                                 cpu_set=cpu_set)
+
+  def scalar(self, value: float) -> jax.Array:
+    """A float32 scalar on every device of the mesh (every process passes the same value)."""
+    return jax.make_array_from_callback((), self.replicated, lambda _: np.asarray(value, np.float32))
 
   def global_batch(self, local: dict) -> dict:
     """One global array per field from this process's rows (batch axis sharded)."""

@@ -70,20 +70,21 @@ def model_loss(model: nn.Module, cfg, params, batch, step, rng, train: bool = Tr
 
 def make_train_step(model: nn.Module, tx: optax.GradientTransformation,
                     lr_fn: Callable, cfg=None) -> Callable:
-  """state, batch -> (state, out). If the model collects statistics (the logging-step
-  path), out['layers'] holds them plus the per-layer gradient, parameter and update
-  norms, and out has the global 'param_norm' and 'logit_max'; the plain step computes
-  none of it. A non-finite loss or gradient leaves the state unchanged and sets
-  out['ok'] to False; out['layer_grad_norm'] then names the first block whose gradient
-  is non-finite. cfg (the full config) enables the training-dynamics methods of
-  depthscale.dynamics."""
+  """state, batch[, lr] -> (state, out); lr: the peak learning rate as an array, passed to
+  tx.update and lr_fn(step, lr) (None: lr_fn's own peak, a constant of the program). If the
+  model collects statistics (the logging-step path), out['layers'] holds them plus the
+  per-layer gradient, parameter and update norms, and out has the global 'param_norm' and
+  'logit_max'; the plain step computes none of it. A non-finite loss or gradient leaves the
+  state unchanged and sets out['ok'] to False; out['layer_grad_norm'] then names the first
+  block whose gradient is non-finite. cfg (the full config) enables the training-dynamics
+  methods of depthscale.dynamics."""
 
-  def step(state: State, batch) -> tuple[State, dict]:
+  def step(state: State, batch, lr=None) -> tuple[State, dict]:
     def loss_fn(params):
       return model_loss(model, cfg, params, batch, state['step'], state['rng'])
 
     (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(state['params'])
-    updates, opt_state = tx.update(grads, state['opt_state'], state['params'])
+    updates, opt_state = tx.update(grads, state['opt_state'], state['params'], lr=lr)
     params = optax.apply_updates(state['params'], updates)
     layer_grad_norm = per_layer_norm(grads['blocks'])
     rest = {k: v for k, v in grads.items() if k != 'blocks'}  # the block grads are summed once
@@ -93,7 +94,7 @@ def make_train_step(model: nn.Module, tx: optax.GradientTransformation,
     new_state = {'step': state['step'] + 1, 'params': keep(params, state['params']),
                  'opt_state': keep(opt_state, state['opt_state']), 'rng': state['rng']}
     layer_grad_norm = per_effective_layer(model.cfg, layer_grad_norm)  # shared: per loop again
-    out = {'loss': loss, 'grad_norm': grad_norm, 'ok': ok, 'lr': lr_fn(state['step']),
+    out = {'loss': loss, 'grad_norm': grad_norm, 'ok': ok, 'lr': lr_fn(state['step'], lr),
            'layer_grad_norm': layer_grad_norm}
     if aux:
       stats = update_stats(state['params'], grads, updates)
