@@ -27,6 +27,7 @@ class Attempt:
   started: float = dataclasses.field(default_factory=time.monotonic)
   processes: dict = dataclasses.field(default_factory=dict)  # host -> (node id, rung pid)
   signals: list = dataclasses.field(default_factory=list)  # refs of the signal_rung tasks
+  failed_at: float | None = None  # when a host of a gang first failed
 
   def cancel(self, ray, force: bool = False) -> None:
     """Takes queued hosts off the queue and stops running ones: SIGTERM to their processes

@@ -21,6 +21,7 @@ from depthscale.training import resume
 STEP = re.compile(r' step\s+(\d+)/(\d+) .*\| ETA (.+)$')
 ERROR = re.compile(r'^error: (.+)$')
 PROGRESS_EVERY_S = 10.0  # at most one step line per rung this often
+GANG_GRACE_S = 30.0  # a failed host's gang: the others end (and log) by themselves or are killed
 LOG = 'launch.log'  # in each rung's directory: the output of every attempt
 ENDED = ('finished', 'failed', 'stopped')
 
@@ -128,7 +129,8 @@ class Launcher:
 
   def _collect(self) -> None:
     """Waits up to a second for a host to end, then settles every attempt whose hosts have
-    all ended or one of which failed."""
+    all ended, or one of which failed GANG_GRACE_S ago (its other hosts, which would wait for
+    it forever, are then killed)."""
     refs = [ref for r in self.rungs.values() if r.current for ref in r.current.refs]
     if not refs:
       time.sleep(0.2)
@@ -145,6 +147,10 @@ class Launcher:
         continue
       results = [self._result(ref) for ref in r.current.refs if ref in ended]
       broken = [x for x in results if x != 0]
+      if broken and len(results) < len(r.current.refs) and not self.stopping:
+        r.current.failed_at = r.current.failed_at or time.monotonic()
+        if time.monotonic() - r.current.failed_at < GANG_GRACE_S:
+          continue
       if broken or len(results) == len(r.current.refs):
         self._read_monitor()  # the attempt's last lines first
         if len(results) < len(r.current.refs):
