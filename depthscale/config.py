@@ -420,6 +420,8 @@ def validate(cfg: ConfigDict) -> None:
   for f in ('b1', 'b2', 'decay_fraction'):
     if not 0 <= cfg.optim[f] <= 1:
       _fail(f'optim.{f}', cfg.optim[f], 'a number in [0, 1]')
+  if not isinstance(cfg.train.seed, int) or not 0 <= cfg.train.seed < 2**31:
+    _fail('train.seed', cfg.train.seed, 'an integer in [0, 2**31) (an int32 argument of the programs)')
   if not isinstance(cfg.train.watchdog_seconds, (int, float)) or cfg.train.watchdog_seconds < 0:
     _fail('train.watchdog_seconds', cfg.train.watchdog_seconds, '0 (off) or a positive number of seconds')
   check_choice('train.cpu_options', cfg.train.cpu_options, cpu_calibration.CHOICES)

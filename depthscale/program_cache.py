@@ -2,7 +2,8 @@
 directory, WORKDIR/.jax_cache. The peak learning rate and the seed are arguments of the
 compiled train step, so a sweep's rates and seeds run one; any other program that two rungs
 build alike (one seed's init, the eval step) compiles once, and a resumed or rerun rung
-compiles nothing again. Rungs running at once (depthscale.launch) share it too.
+compiles nothing again. Rungs running at once (depthscale.launch) share it too; the rungs of
+one process also share the programs in memory (depthscale.training.programs).
 
 On an x86 CPU host a cached train step uses XLA's own dots, not oneDNN, whose executables
 cannot be cached (depthscale.model.ops): a step ~5% slower for the compiles saved."""
@@ -12,12 +13,8 @@ from __future__ import annotations
 import jax
 
 from depthscale import storage
-from depthscale.config import key_without
 
 DIRNAME = '.jax_cache'
-# Values the compiled train and eval steps take as arguments, not constants: rungs that
-# differ only here run the same programs.
-STEP_ARGUMENTS = (('optim', 'lr'), ('train', 'seed'))
 
 
 def share(workdir: str) -> str | None:
@@ -30,8 +27,3 @@ def share(workdir: str) -> str | None:
   path = storage.join(storage.absolute(workdir), DIRNAME)
   jax.config.update('jax_compilation_cache_dir', path)
   return path
-
-
-def program_key(cfg) -> str:
-  """Equal for the configs of rungs that run the same compiled train step."""
-  return key_without(cfg, STEP_ARGUMENTS)

@@ -35,7 +35,8 @@ os.environ.setdefault('JAX_PLATFORMS', 'cpu')
 # IEEE operations. A user's run keeps the defaults; tests/test_train.py runs a train step
 # with them too (the uncached options), and the train-bound notebooks run at -O1
 # (tests/test_notebooks.py).
-FAST_COMPILE = '--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false'
+FAST_COMPILE = ('--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false '
+                '--xla_cpu_parallel_codegen_split_count=1')
 
 
 def _xla_accepts(flags: str) -> bool:

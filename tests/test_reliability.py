@@ -3,6 +3,7 @@ back, a rung killed before its summary finishes from its checkpoint, TensorBoard
 curve after a resume, config changes on resume are checked, bad input fails before
 anything is written, and rerun-read files are written atomically."""
 
+import collections
 import glob
 import json
 import math
@@ -21,7 +22,7 @@ from depthscale import data, storage
 from depthscale.errors import ConfigError
 from depthscale.model.transformer import make_model
 from depthscale.results.loader import tensorboard_duplicates
-from depthscale.training import resume
+from depthscale.training import programs, resume
 from depthscale.training.checkpoint import Checkpointer, UnreadableCheckpoints, abstract
 from depthscale.training.loop import train_rung
 from depthscale.training.optim import make_optimizer
@@ -116,6 +117,32 @@ def test_kill_between_final_checkpoint_and_summary(reference, tmp_path):
 
 
 DAMAGE = ('truncated_files', 'missing_shard', 'corrupt_metadata')
+
+
+def test_a_rung_after_another_of_its_process_builds_nothing_and_ends_as_alone(
+    reference, tmp_path, monkeypatch):
+  """depthscale.training.programs: after a rung, a rung of the same process at another rate
+  and seed lowers and compiles nothing, and its logs, TensorBoard and summary equal those of
+  the same rung whose programs were built afresh."""
+  other = _config(**{'optim.lr': 0.01, 'train.seed': 3})
+  with monkeypatch.context() as m:
+    m.setattr(programs, '_KEPT', collections.OrderedDict())  # as alone in its process
+    alone = train_rung(other, str(tmp_path / 'alone'))
+  train_rung(_config(), str(tmp_path / 'first'))  # `reference`'s programs, if still kept
+  events = []
+  record = lambda event, duration, **kw: events.append((event, duration))
+  jax.monitoring.register_event_duration_secs_listener(record)
+  try:
+    after = train_rung(other, str(tmp_path / 'after'))
+  finally:
+    jax.monitoring.unregister_event_duration_listener(record)
+  # a fresh trace would be lowered: no lowering, no fresh trace
+  built = [e for e, _ in events if e.endswith(('to_mlir_module_duration', 'compile_duration'))]
+  assert not built and any(e.endswith('jaxpr_trace_duration') for e, _ in events), built
+  _assert_same_summary(alone, after)
+  _assert_same_run(tmp_path / 'alone', tmp_path / 'after')
+  assert read_jsonl(tmp_path / 'alone' / 'train_log.jsonl') != read_jsonl(
+      tmp_path / 'first' / 'train_log.jsonl')  # the rate and seed changed the run
 
 
 def _damage(step_dir, kind: str) -> None:

@@ -11,9 +11,9 @@ import numpy as np
 import optax
 import pytest
 
-from depthscale import data, program_cache
+from depthscale import data
 from depthscale.model.transformer import make_model
-from depthscale.training import dryrun, sharding
+from depthscale.training import dryrun, programs, sharding
 from depthscale.training.loop import NonFiniteError, evaluate, train_rung
 from depthscale.training.optim import make_optimizer, schedule
 from depthscale.training.steps import init_state, make_eval_step, make_train_step, weighted_loss
@@ -98,16 +98,42 @@ def _lowered_step(**changes) -> str:
   return plan.lower_train_step(step, state, dryrun.abstract_batch(cfg, plan)).as_text()
 
 
-def test_every_rate_and_seed_of_a_sweep_lowers_to_one_train_step():
+@pytest.mark.parametrize('method', [{}, {'optim.name': 'muon'},
+                                    {'optim.llr': True, 'train.layerdrop': 0.1}],
+                         ids=['adamw', 'muon', 'llr+layerdrop'])
+def test_every_rate_and_seed_of_a_sweep_lowers_to_one_train_step(method):
   """The peak learning rate and the seed are arguments of the compiled train step, not
-  constants: rungs that differ only there lower to one program (their ladder compiles it
-  once, depthscale.program_cache) and program_key says so; another warmup is another
-  program and another key."""
-  variants = [{}, {'optim.lr': 0.03}, {'train.seed': 7}, {'optim.warmup_steps': 3}]
+  constants, with either optimizer, LR multipliers and per-step random drops: rungs that
+  differ only there lower to one program (their ladder compiles it once,
+  depthscale.program_cache; one process builds it once, depthscale.training.programs) and
+  program_key says so; another warmup is another program and another key."""
+  variants = [method, {**method, 'optim.lr': 0.03, 'train.seed': 7}]
+  if not method:
+    variants.append({'optim.warmup_steps': 3})
   texts = [_lowered_step(**v) for v in variants]
-  keys = [program_cache.program_key(tiny_config(**v)) for v in variants]
-  assert texts[0] == texts[1] == texts[2] != texts[3]
-  assert keys[0] == keys[1] == keys[2] != keys[3]
+  keys = [programs.program_key(tiny_config(**v)) for v in variants]
+  assert texts[0] == texts[1] and keys[0] == keys[1]
+  if len(variants) == 3:
+    assert texts[2] != texts[0] and keys[2] != keys[0]
+
+
+def test_a_process_keeps_one_object_per_program_key_name_and_platform():
+  """programs.kept builds once for configs that differ only in STEP_ARGUMENTS, again for
+  another key or name, and drops the least recently used beyond KEEP."""
+  built = []
+  build = lambda: built.append(object()) or built[-1]
+  programs.clear()
+  first = programs.kept(tiny_config(), 'x', build)
+  assert programs.kept(tiny_config(**{'optim.lr': 0.03, 'train.seed': 7}), 'x', build) is first
+  assert programs.kept(tiny_config(**{'optim.warmup_steps': 3}), 'x', build) is not first
+  assert programs.kept(tiny_config(), 'y', build) is not first and len(built) == 3
+  programs.clear()
+  cfg = tiny_config()
+  kept = [programs.kept(cfg, name, build) for name in range(programs.KEEP)]
+  assert programs.kept(cfg, 0, build) is kept[0]  # now the most recently used
+  programs.kept(cfg, 'one more', build)
+  assert programs.kept(cfg, 0, build) is kept[0] and programs.kept(cfg, 1, build) is not kept[1]
+  programs.clear()
 
 
 def test_the_rate_as_an_argument_trains_as_the_rate_as_a_constant():

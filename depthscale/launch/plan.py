@@ -6,8 +6,9 @@ from __future__ import annotations
 import collections
 import dataclasses
 
-from depthscale import program_cache, storage, sweep
+from depthscale import storage, sweep
 from depthscale.ladder import Rung
+from depthscale.training.programs import program_key
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,10 +36,10 @@ class Task:
 def tasks(resolved: list[tuple[Rung, object]]) -> list[Task]:
   """The launcher's tasks of resolved (rung, config) pairs, in the ladder's order; needs
   outside the selection stay (they must be finished on disk). A task's wave counts the
-  rungs before it that run the same compiled programs (program_cache.program_key)."""
+  rungs before it that run the same compiled programs (programs.program_key)."""
   out, seen = [], collections.Counter()
   for r, cfg in resolved:
-    la, key = cfg.launch, program_cache.program_key(cfg)
+    la, key = cfg.launch, program_key(cfg)
     out.append(Task(r.name, tuple(r.needs), cfg.train.steps, la.cpus, la.hosts, la.tpu, la.gpus,
                     la.retries, seen[key]))
     seen[key] += 1

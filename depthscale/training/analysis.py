@@ -41,7 +41,7 @@ import numpy as np
 
 from depthscale.model import ops, recurrence, residual
 from depthscale.model.transformer import Block, Transformer, scan_inputs
-from depthscale.training import dynamics
+from depthscale.training import dynamics, programs
 from depthscale.training.sharding import Plan
 from depthscale.training.steps import weighted_loss
 
@@ -304,6 +304,20 @@ def effective_depths(per_layer: dict[str, np.ndarray]) -> dict[str, float]:
   return out
 
 
+def _analysis_program(model: Transformer, full_cfg, sampled: list[int] | None,
+                      rows: int) -> Callable[..., dict]:
+  """(params, init_blocks, batch, key, step) -> make_analysis_fn's analyses on the batch's first
+  `rows` rows, and param_rotation against init_blocks."""
+  analyse = make_analysis_fn(model, full_cfg, sampled)
+
+  def run(params, init_blocks, batch, key, step):
+    per = analyse(params, jax.tree.map(lambda a: a[:rows], batch), key, step)
+    rotation = param_rotation(params['blocks'], init_blocks)  # of the shared blocks
+    return {**per, 'param_rotation': recurrence.per_effective_layer(model.cfg, rotation)}
+
+  return run
+
+
 class Analyzer:
   """The analyses compiled for the rung's plan (its shardings and context, outputs
   replicated: readable on every process) on the first rows of a fixed batch; keeps the
@@ -315,13 +329,9 @@ class Analyzer:
                seed: int, full_cfg=None, sampled: list[int] | None = None,
                opt_level: int | None = None):
     self.init_blocks, self.batch, self.key = init_blocks, batch, jax.random.PRNGKey(seed)
-    analyse = make_analysis_fn(model, full_cfg, sampled)
-
-    def run(params, init_blocks, batch, key, step):
-      per = analyse(params, jax.tree.map(lambda a: a[:rows], batch), key, step)
-      rotation = param_rotation(params['blocks'], init_blocks)  # of the shared blocks
-      return {**per, 'param_rotation': recurrence.per_effective_layer(model.cfg, rotation)}
-
+    build = lambda: _analysis_program(model, full_cfg, sampled, rows)
+    run = build() if full_cfg is None else programs.kept(  # an earlier rung's: its program
+        full_cfg, ('analysis', model, None if sampled is None else tuple(sampled), rows), build)
     params = plan.state['params']
     self.fn = plan.compile(run, (params, params['blocks'], plan.batch, plan.replicated,
                                  plan.replicated),

@@ -12,8 +12,8 @@ from depthscale.errors import WriteError
 from depthscale.model import ops, recurrence, taper
 from depthscale.model.transformer import make_model, param_counts
 from depthscale.training import raster
-from depthscale.training import (cpu_calibration, distributed, host_memory, procedures, resume,
-                                 sharding, tb_layout)
+from depthscale.training import (cpu_calibration, distributed, host_memory, procedures,
+                                 programs, resume, sharding, tb_layout)
 from depthscale.training.analysis import Analyzer, analysed_layers, compile_mode, evenly_spaced
 from depthscale.training.checkpoint import Checkpointer, CheckpointError, abstract
 from depthscale.training.optim import make_optimizer, schedule
@@ -189,6 +189,21 @@ def train_rung(cfg, workdir: str, *, name: str = '', stop_at_step: int | None = 
   return result
 
 
+class _Builders:
+  """What a rung's programs are built from: one per program key in a process
+  (depthscale.training.programs), so that a rung whose config differs from an earlier one's
+  only in its rate or seed reuses that rung's traced, lowered and compiled programs."""
+
+  def __init__(self, cfg):
+    self.model, stats_model = make_model(cfg), make_model(cfg, collect_stats=True)
+    self.tx, lr_fn = make_optimizer(cfg), schedule(cfg)
+    self.plan = sharding.make_plan(cfg, self.model, self.tx, init_state)
+    self.hops = data.hop_values(cfg.data)
+    self.train_step = make_train_step(self.model, self.tx, lr_fn, cfg)
+    self.stats_step = make_train_step(stats_model, self.tx, lr_fn, cfg)
+    self.eval_step = make_eval_step(self.model, self.hops, cfg)
+
+
 class _Run:
   """State of one rung's training: compiled steps, data, checkpoints, logs and clocks."""
 
@@ -202,9 +217,8 @@ class _Run:
       print(f'{name} data {self.data_info["corpus"]}: {self.data_info["bytes"]:,} bytes, '
             f'sha256 {self.data_info["sha256"]}', flush=True)
     t = cfg.train
-    model, stats_model = make_model(cfg), make_model(cfg, collect_stats=True)
-    tx = make_optimizer(cfg)
-    self.plan = sharding.make_plan(cfg, model, tx, init_state)
+    b = programs.kept(cfg, 'rung', lambda: _Builders(cfg))  # an earlier rung's: its programs
+    model, tx, self.plan = b.model, b.tx, b.plan
     self.state = self.plan.init(init_state, model, tx, t.seed, cfg.data.seq_len)
     total, non_embedding = param_counts(self.state['params'])
     masked = taper.inactive_params(cfg.model)  # a tapered MLP counts its active units only
@@ -246,10 +260,9 @@ class _Run:
                             'mlp': m.mlp, 'lr': cfg.optim.lr, 'steps': t.steps})
     self.start = start
 
-    self.hops = data.hop_values(cfg.data)
+    self.hops = b.hops
     self.eval_set = [self.plan.global_batch(b) for b in data.eval_batches(
         cfg.data, t.seed, cfg.data.eval_batches, jax.process_index(), jax.process_count())]
-    lr_fn = schedule(cfg)
     self.lr = self.plan.scalar(cfg.optim.lr)  # an argument of the train step, not a constant
     self.batch = self.plan.global_batch(next(self.it))
     watchdog.pause()  # compiling: long, and no other process is involved
@@ -257,7 +270,7 @@ class _Run:
     chosen = storage.join(workdir, 'cpu_options.json')
     resumed = storage.read_json(chosen)['choice'] if start and storage.exists(chosen) else None
     self.plain, self.cpu_options = cpu_calibration.compile_plain(
-        self.plan, make_train_step(model, tx, lr_fn, cfg), self.state, self.batch, self.lr,
+        self.plan, b.train_step, self.state, self.batch, self.lr,
         t.cpu_options, t.steps - start, resumed)
     self.compile_s = time.perf_counter() - t0 - (self.cpu_options or {}).get('seconds', 0.0)
     if self.cpu_options and self.lead:
@@ -265,10 +278,10 @@ class _Run:
       if self.cpu_options['source'] != 'resumed':  # keeps the times of the choice
         storage.write_json(chosen, self.cpu_options, indent=2)
     self.with_stats = self.plan.compile_train_step(
-        make_train_step(stats_model, tx, lr_fn, cfg), self.state, self.batch,
+        b.stats_step, self.state, self.batch,
         cpu_set=self.cpu_options['choice'] if self.cpu_options else cpu_calibration.DEFAULT)
     p = self.plan
-    self.eval_fn = p.compile(make_eval_step(model, self.hops, cfg),
+    self.eval_fn = p.compile(b.eval_step,
                              (p.state['params'], p.batch, p.replicated), p.replicated,
                              self.state['params'], self.eval_set[0], self.state['step'])
     opt_level = ops.CPU_OPT_LEVELS[compile_mode(cfg, self.compute_params)]

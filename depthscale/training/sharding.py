@@ -159,11 +159,12 @@ class Plan:
     with jax.set_mesh(self.mesh), nn.logical_axis_rules(self.rules):
       yield
 
-  def init(self, init_fn, *static_args):
-    """Runs init_fn(*static_args) straight into the planned state shardings."""
+  def init(self, init_fn, model, tx, seed: int, seq_len: int):
+    """Runs init_fn(model, tx, seed, seq_len) straight into the planned state shardings; the
+    seed is an argument of the program (one program for every seed of a sweep)."""
     with self.context():
-      return jax.jit(init_fn, static_argnums=tuple(range(len(static_args))),
-                     out_shardings=self.state)(*static_args)
+      return jax.jit(init_fn, static_argnums=(0, 1, 3), out_shardings=self.state)(
+          model, tx, self.scalar(seed, np.int32), seq_len)
 
   def lower(self, fn, in_shardings: tuple, out_shardings, *args, donate_argnums=()):
     """fn(*args) lowered in the plan's context with explicit shardings (arguments may be
@@ -202,9 +203,9 @@ class Plan:
     return self.compile_lowered(self.lower_train_step(step_fn, state, batch), options,
                                 cpu_set=cpu_set)
 
-  def scalar(self, value: float) -> jax.Array:
-    """A float32 scalar on every device of the mesh (every process passes the same value)."""
-    return jax.make_array_from_callback((), self.replicated, lambda _: np.asarray(value, np.float32))
+  def scalar(self, value: float, dtype=np.float32) -> jax.Array:
+    """A scalar on every device of the mesh (every process passes the same value)."""
+    return jax.make_array_from_callback((), self.replicated, lambda _: np.asarray(value, dtype))
 
   def global_batch(self, local: dict) -> dict:
     """One global array per field from this process's rows (batch axis sharded)."""
