@@ -32,9 +32,11 @@ os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES', '0')
 os.environ.setdefault('JAX_PLATFORMS', 'cpu')
 # The suite is compile-bound (thousands of tiny programs): LLVM -O0 and XLA's classic loop
 # emitters compile them 2-3x faster than the defaults (-O2, fusion emitters), with the same
-# IEEE operations. A user's run keeps the defaults; tests/test_train.py runs a train step
-# with them too (the uncached options), and the train-bound notebooks run at -O1
-# (tests/test_notebooks.py).
+# IEEE operations. Each program's machine code is made in one piece, not split into modules
+# for parallel code generation: on cores that the two workers already fill, splitting cost
+# ~30% of a model gradient's compile time (tests/README.md). A user's run keeps the defaults;
+# tests/test_train.py runs a train step with them too (the uncached options), and the
+# train-bound notebooks run at -O1 (tests/test_notebooks.py).
 FAST_COMPILE = ('--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false '
                 '--xla_cpu_parallel_codegen_split_count=1')
 

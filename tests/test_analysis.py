@@ -3,6 +3,8 @@ branches (the identity): its skip loss, Jacobian deviation and angular distance 
 Then every residual design and the step-dependent schedules (mid-ProRes, BranchNorm before
 T) against a Python loop over blocks: the analysed model is the one being trained."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -15,7 +17,7 @@ from depthscale.model.transformer import Block, Transformer, make_model, scan_in
 from depthscale.training import analysis, dynamics, loop, sharding
 from depthscale.training.optim import make_optimizer
 from depthscale.training.steps import init_state
-from tests.helpers import covers, small_config, tiny_config
+from tests.helpers import covers, perturb, small_config, tiny_config
 
 ZERO = 1  # 0-based index of the identity block
 
@@ -35,15 +37,37 @@ def _erank64(m):
   return np.exp(-(p * np.log(p)).sum())
 
 
+@functools.partial(jax.jit, static_argnums=(0, 3))
+def _apply(model, params, x, method):
+  """One method of the model (embed, start, finish, unembed), one program per shape."""
+  return model.apply({'params': params}, x, method=method)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _block(model, blocks, carry, schedule, l):
+  """Block l (0-based) of the stacked blocks on carry, its new carry; l is traced, so one
+  program serves every layer."""
+  row = lambda a: a[l]
+  return Block(model.cfg).apply({'params': jax.tree.map(row, blocks)}, carry,
+                                jax.tree.map(row, schedule))[0]
+
+
+@jax.jit
+def _rotated(init, noise):
+  """init + 0.5 noise (rotated away from init), block ZERO's branch outputs zeroed."""
+  params = jax.tree.map(lambda a, b: a + 0.5 * b, init, noise)
+  for sub, name in (('attn', 'o'), ('mlp', 'wo')):
+    params['blocks'][sub][name] = params['blocks'][sub][name].at[ZERO].set(0.0)
+  return params
+
+
 @pytest.fixture(scope='module')
 def analysed():
   cfg = tiny_config(**{'model.block': 'pre_ln'})
-  model = make_model(cfg)
-  init = init_state(model, make_optimizer(cfg), 0, cfg.data.seq_len)['params']
-  noise = init_state(model, make_optimizer(cfg), 1, cfg.data.seq_len)['params']
-  params = jax.tree.map(lambda a, b: a + 0.5 * b, init, noise)  # rotated away from init
-  for sub, name in (('attn', 'o'), ('mlp', 'wo')):
-    params['blocks'][sub][name] = params['blocks'][sub][name].at[ZERO].set(0.0)
+  model, tx = make_model(cfg), make_optimizer(cfg)
+  params_of = jax.jit(lambda seed: init_state(model, tx, seed, cfg.data.seq_len)['params'])
+  init = params_of(0)
+  params = _rotated(init, params_of(1))
   tokens = jax.random.randint(jax.random.PRNGKey(3), (2, cfg.data.seq_len + 1), 0, cfg.model.vocab_size)
   batch = {'inputs': tokens[:, :-1], 'targets': tokens[:, 1:],
            'weights': jnp.ones((2, cfg.data.seq_len), jnp.float32)}
@@ -54,18 +78,16 @@ def analysed():
 
 def _streams(cfg, model, params, batch, skip=None):
   """h_0..h_L by a Python loop over blocks (the reference), block `skip` left out."""
-  run = jax.jit(lambda p, c, l: Block(model.cfg).apply({'params': p}, c, l)[0])
   sched = layer_schedule(model.cfg)
-  hs = [model.apply({'params': params}, batch['inputs'], method=Transformer.embed)]
+  hs = [_apply(model, params, batch['inputs'], Transformer.embed)]
   for l in range(cfg.model.num_layers):
-    p_l = jax.tree.map(lambda a, l=l: a[l], params['blocks'])
-    x = run(p_l, {'x': hs[-1]}, jax.tree.map(lambda a, l=l: a[l], sched))['x']
+    x = _block(model, params['blocks'], {'x': hs[-1]}, sched, l)['x']
     hs.append(hs[-1] if l == skip else x)
   return hs
 
 
 def _loss64(model, params, h, batch):
-  logp = _log_softmax64(model.apply({'params': params}, h, method=Transformer.unembed))
+  logp = _log_softmax64(_apply(model, params, h, Transformer.unembed))
   t = np.asarray(batch['targets'])
   return -np.take_along_axis(logp, t[..., None], -1).mean()
 
@@ -89,7 +111,7 @@ def test_analyses_match_float64_numpy(analysed):
   expected_angle = [np.mean(np.arccos(np.clip(c, -1, 1)) / np.pi) for c in cos]
   np.testing.assert_allclose(layers['angular_distance'], expected_angle, atol=2e-5)
 
-  logp = [_log_softmax64(model.apply({'params': params}, h, method=Transformer.unembed)) for h in hs[1:]]
+  logp = [_log_softmax64(_apply(model, params, h, Transformer.unembed)) for h in hs[1:]]
   kl = [np.mean(np.sum(np.exp(lp) * (lp - logp[-1]), -1)) for lp in logp]
   top = lambda lp: np.argsort(-lp, -1)[..., :5]
   overlap = [np.mean([[len(set(a) & set(b)) / 5 for a, b in zip(ra, rb)]
@@ -109,7 +131,7 @@ def test_analyses_match_float64_numpy(analysed):
              for l in range(L)]
   np.testing.assert_allclose(layers['erank_weights'], weights, rtol=1e-4)
 
-  vec = lambda t, l: np.concatenate([np.asarray(w[l], np.float64).ravel()
+  vec = lambda t, l: np.concatenate([np.asarray(w, np.float64)[l].ravel()
                                      for w in jax.tree.leaves(t['blocks']) if w.ndim >= 3])
   rot = [1 - vec(params, l) @ vec(init, l) / np.linalg.norm(vec(params, l)) / np.linalg.norm(vec(init, l))
          for l in range(L)]
@@ -122,9 +144,7 @@ def test_analyses_match_float64_numpy(analysed):
   keys = jax.random.split(jax.random.PRNGKey(0), L)  # the Analyzer's v per block (seed 0)
   sched = layer_schedule(model.cfg)
   for l in range(L):
-    p_l = jax.tree.map(lambda a, l=l: a[l], params['blocks'])
-    block = jax.jit(lambda x, l=l, p_l=p_l: Block(model.cfg).apply(
-        {'params': p_l}, {'x': x}, jax.tree.map(lambda a: a[l], sched))[0]['x'])
+    block = lambda x, l=l: _block(model, params['blocks'], {'x': x}, sched, l)['x']
     v = jax.random.normal(jax.random.split(keys[l], 1)[0], hs[l].shape)
     eps = 1e-3 * float(jnp.sqrt(jnp.mean(hs[l] ** 2)))  # central difference, small vs x
     jv = (np.asarray(block(hs[l] + eps * v), np.float64) - block(hs[l] - eps * v)) / (2 * eps)
@@ -144,7 +164,7 @@ def _rope64(x, base=10000.0):
 def _entropies64(model, params, x, l):
   """Per head: mean over sequences and queries of the causal attention entropy of block l
   (Pre-LN: q, k of LN(x), RoPE, logits q.k / sqrt(E)), float64."""
-  p = jax.tree.map(lambda a: np.asarray(a[l], np.float64), params['blocks'])
+  p = jax.tree.map(lambda a: np.asarray(a, np.float64)[l], params['blocks'])
   x = np.asarray(x, np.float64)
   n = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + model.cfg.norm_eps)
   n = n * p['attn_norm']['scale'] + p['attn_norm']['bias']
@@ -160,26 +180,23 @@ def _entropies64(model, params, x, l):
 
 
 def _perturbed(cfg, seed: int):
-  """Init params plus 0.1 N(0, 1) on every leaf: mixing weights and gates away from init."""
-  model = make_model(cfg)
-  params = init_state(model, make_optimizer(cfg), 0, cfg.data.seq_len)['params']
-  leaves, tree = jax.tree.flatten(params)
-  keys = jax.random.split(jax.random.PRNGKey(seed), len(leaves))
-  return model, params, tree.unflatten(
-      [a + 0.1 * jax.random.normal(k, a.shape) for a, k in zip(leaves, keys)])
+  """(model, init params, init params plus 0.1 N(0, 1) on every leaf: mixing weights and gates
+  away from init)."""
+  model, tx = make_model(cfg), make_optimizer(cfg)
+  params = jax.jit(lambda: init_state(model, tx, 0, cfg.data.seq_len)['params'])()
+  return model, params, perturb(params, seed)
 
 
-def _loop(model, params, inputs, schedule, run, skip=None):
-  """(stream view after each block, final logits) by a Python loop over blocks (`run`: one
-  jitted block); block `skip` (0-based) leaves the whole carry unchanged."""
+def _loop(model, params, inputs, schedule, skip=None):
+  """(stream view after each block, final logits) by a Python loop over blocks; block `skip`
+  (0-based) leaves the whole carry unchanged."""
   design = residual.DESIGNS[model.cfg.residual]
-  apply = lambda x, method: model.apply({'params': params}, x, method=method)
+  apply = lambda x, method: _apply(model, params, x, method)
   carry = apply(apply(inputs, Transformer.embed), Transformer.start)
   views = [design.view(carry)]
   for l in range(model.cfg.num_layers):
     if l != skip:
-      carry = run(jax.tree.map(lambda a, l=l: a[l], params['blocks']), carry,
-                  jax.tree.map(lambda a, l=l: a[l], schedule))
+      carry = _block(model, params['blocks'], carry, schedule, l)
     views.append(design.view(carry))
   return views, apply(apply(carry, Transformer.finish), Transformer.unembed)
 
@@ -191,18 +208,17 @@ def _ce64(logits, batch):
 
 def _expected(model, params, batch, schedule):
   """angular_distance, logit_lens_kl and skip_delta_loss of the loop reference."""
-  run = jax.jit(lambda p, c, l: Block(model.cfg).apply({'params': p}, c, l)[0])
-  views, logits = _loop(model, params, batch['inputs'], schedule, run)
+  views, logits = _loop(model, params, batch['inputs'], schedule)
   last = [np.asarray(v[:, -1], np.float64) for v in views]
   cos = [np.sum(a * b, -1) / np.linalg.norm(a, axis=-1) / np.linalg.norm(b, axis=-1)
          for a, b in zip(last[:-1], last[1:])]
   final = _log_softmax64(logits)
   kl = []
   for v in views[1:]:
-    lp = _log_softmax64(model.apply({'params': params}, v, method=Transformer.unembed))
+    lp = _log_softmax64(_apply(model, params, v, Transformer.unembed))
     kl.append(np.mean(np.sum(np.exp(lp) * (lp - final), -1)))
   base = _ce64(logits, batch)
-  skip = [_ce64(_loop(model, params, batch['inputs'], schedule, run, s)[1], batch) - base
+  skip = [_ce64(_loop(model, params, batch['inputs'], schedule, s)[1], batch) - base
           for s in range(model.cfg.num_layers)]
   return {'angular_distance': [np.mean(np.arccos(np.clip(c, -1, 1)) / np.pi) for c in cos],
           'logit_lens_kl': kl, 'skip_delta_loss': skip}
@@ -283,8 +299,9 @@ def test_eranks_by_shape_are_each_stacks_erank():
   rng = np.random.default_rng(0)
   mats = [jnp.asarray(rng.normal(size=s), jnp.float32)
           for s in ((2, 4, 6), (2, 6, 4), (2, 4, 6), (2, 3, 3))]
-  for m, e in zip(mats, analysis.eranks_by_shape(mats)):
-    np.testing.assert_allclose(e, analysis.erank(m), rtol=1e-6)
+  both = jax.jit(lambda ms: (analysis.eranks_by_shape(ms), [analysis.erank(m) for m in ms]))
+  for e, own in zip(*both(mats)):  # one program, as inside the analysis
+    np.testing.assert_allclose(e, own, rtol=1e-6)
 
 
 SAMPLED = ('skip_delta_loss', 'erank_acts', 'erank_weights')  # one pass or SVD per layer

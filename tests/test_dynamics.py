@@ -2,6 +2,7 @@
 defining properties, and (slow tier) every training-dynamics method lowers the held-out loss in
 20 steps."""
 
+import functools
 import math
 
 import jax
@@ -20,10 +21,15 @@ from tests.helpers import (batch_loss, covers, heldout_batch, init, perturb, run
                            tiny_config, tokens)
 
 
+@functools.partial(jax.jit, static_argnums=0)
+def _init(model):
+  """init_state's parameters, one compiled program per model (equal models share it)."""
+  return init_state(model, optax.identity(), 0, model.max_len)['params']
+
+
 def _setup(cfg):
   model = make_model(cfg)
-  params = jax.jit(init_state, static_argnums=(0, 1, 2, 3))(
-      model, optax.identity(), 0, cfg.data.seq_len)['params']
+  params = _init(model)
   tokens = jax.random.randint(jax.random.PRNGKey(1), (2, cfg.data.seq_len), 0, cfg.model.vocab_size)
   return model, params, tokens
 
@@ -32,8 +38,9 @@ def test_prores_step0_every_block_is_identity_and_later_not():
   cfg = tiny_config(**{'train.prores': 'linear', 'train.prores_warmup_steps': 30})
   model, params, tokens = _setup(cfg)
   apply = jax.jit(model.apply)
-  emb = model.apply({'params': params}, tokens, method=Transformer.embed)
-  head = model.apply({'params': params}, emb, method=Transformer.unembed)
+  head = jax.jit(lambda p: model.apply(
+      {'params': p}, model.apply({'params': p}, tokens, method=Transformer.embed),
+      method=Transformer.unembed))(params)
   at0 = dynamics.layer_inputs(cfg, 0, jax.random.PRNGKey(0), 2, True)
   np.testing.assert_allclose(apply({'params': params}, tokens, at0)[0], head, rtol=0, atol=1e-6)
   at5 = dynamics.layer_inputs(cfg, 5, jax.random.PRNGKey(0), 2, True)
@@ -80,12 +87,13 @@ def test_branchnorm_normalizes_the_branch_at_step0_and_is_post_ln_after_T():
       np.testing.assert_allclose(update.mean(-1), 0, atol=1e-5)
       np.testing.assert_allclose(update.var(-1), 1, rtol=1e-3)
   model, params, tokens = _setup(cfg)
-  post, _ = make_model(tiny_config(**{'model.block': 'post_ln'})).apply({'params': params}, tokens)
-  apply = jax.jit(model.apply)
+  post, _ = jax.jit(make_model(tiny_config(**{'model.block': 'post_ln'})).apply)(
+      {'params': params}, tokens)
+  both = jax.jit(lambda p, i: (model.apply({'params': p}, tokens, i)[0],  # one program
+                               apply_unrolled(model, p, tokens, i)))
   for t in (0, 5, 10, 15):
-    inputs = dynamics.layer_inputs(cfg, t, jax.random.PRNGKey(0), 2, False)
-    logits, _ = apply({'params': params}, tokens, inputs)
-    np.testing.assert_allclose(apply_unrolled(model, params, tokens, inputs), logits, atol=1e-5)
+    logits, unrolled = both(params, dynamics.layer_inputs(cfg, t, jax.random.PRNGKey(0), 2, False))
+    np.testing.assert_allclose(unrolled, logits, atol=1e-5)
     if t >= 10:
       np.testing.assert_allclose(logits, post, rtol=1e-5, atol=1e-5)
     else:
@@ -109,9 +117,9 @@ def test_layerdrop_p0_equals_base_and_a_dropped_block_is_skipped():
   assert set(np.unique(np.concatenate(masks))) == {0.0, 1.0}
   assert 0.3 < np.mean(masks) < 0.7
   dropped, _ = apply({'params': params}, tokens, {'branch_mult': jnp.array([1.0, 0.0, 1.0])})
-  two = tiny_config(**{'model.num_layers': 2})
-  kept = dict(params, blocks=jax.tree.map(lambda a: a[jnp.array([0, 2])], params['blocks']))
-  ref, _ = make_model(two).apply({'params': kept}, tokens)
+  two = make_model(tiny_config(**{'model.num_layers': 2}))
+  kept = lambda p: dict(p, blocks=jax.tree.map(lambda a: a[jnp.array([0, 2])], p['blocks']))
+  ref, _ = jax.jit(lambda p: two.apply({'params': kept(p)}, tokens))(params)
   np.testing.assert_allclose(dropped, ref, rtol=1e-5, atol=1e-5)
   assert np.abs(np.asarray(dropped - base)).max() > 1e-4
   assert dynamics.layer_inputs(cfg, 3, jax.random.PRNGKey(0), 2, False) is None or np.all(
@@ -138,7 +146,7 @@ def test_qk_slowdown_factor_and_optimizer():
   np.testing.assert_allclose(dynamics.qk_slow_factor(cfg, 15), [1, 1, 0.55, 0.55], rtol=1e-6)
   np.testing.assert_allclose(dynamics.qk_slow_factor(cfg, 20), [1, 1, 1, 1], rtol=1e-6)
   _, params, _ = _setup(cfg)
-  m = lr_multipliers(cfg, 0, params)
+  m = jax.jit(lambda p: lr_multipliers(cfg, 0, p))(params)
   np.testing.assert_allclose(np.ravel(m['blocks']['attn']['q']), [1, 1, 0.1, 0.1], rtol=1e-6)
   kv = np.broadcast_to(m['blocks']['attn']['kv'], params['blocks']['attn']['kv'].shape)
   assert np.all(kv[2:, :, 0] == np.float32(0.1)) and np.all(kv[:, :, 1] == 1) and np.all(kv[:2] == 1)
@@ -149,15 +157,23 @@ def test_layerskip_mask_drops_a_block_for_its_sample_only():
   """A per-sample keep mask (L, B) = [[0, 1], [1, 1]]: sample 1 skips block 1 (the identity
   under Pre-LN), sample 2 runs every block; a Python loop per sample, params off init."""
   model, params = init()
-  params = perturb(params, seed=6)
+  params = jax.jit(perturb)(params, 6)
   toks = tokens(small_config())
   mask = jnp.array([[0.0, 1.0], [1.0, 1.0]])
   got, _ = jax.jit(model.apply)({'params': params}, toks, {'branch_mult': mask})
-  for b in range(2):
-    x = model.apply({'params': params}, toks[b:b + 1], method=Transformer.embed)
-    for l in range(2):
-      x = run_block(model, params, x, l) if mask[l, b] else x
-    ref = model.apply({'params': params}, x, method=Transformer.unembed)
+  keep = np.asarray(mask)  # concrete: the reference's Python loop reads it
+
+  @jax.jit
+  def reference(params):  # per sample: its kept blocks in a Python loop
+    refs = []
+    for b in range(2):
+      x = model.apply({'params': params}, toks[b:b + 1], method=Transformer.embed)
+      for l in range(2):
+        x = run_block(model, params, x, l) if keep[l, b] else x
+      refs.append(model.apply({'params': params}, x, method=Transformer.unembed))
+    return refs
+
+  for b, ref in enumerate(reference(params)):
     np.testing.assert_allclose(got[b:b + 1], ref, rtol=1e-5, atol=1e-5, err_msg=f'sample {b}')
 
 
@@ -209,14 +225,13 @@ def test_llr_hill_estimator_recovers_power_law_exponent(alpha):
 def test_llr_targets_map_alpha_linearly():
   cfg = tiny_config(**{'optim.llr': True, 'optim.llr_min': 1.0, 'optim.llr_max': 3.0})
   _, params, _ = _setup(cfg)
-  m = llr.target_multipliers(cfg, params)
-  vals = np.concatenate([np.ravel(m['blocks'][s][n]) for s, n in
-                         (('attn', 'q'), ('attn', 'kv'), ('attn', 'o'), ('mlp', 'wi'), ('mlp', 'wo'))])
+  modules = (('attn', 'q'), ('attn', 'kv'), ('attn', 'o'), ('mlp', 'wi'), ('mlp', 'wo'))
+  m, module_alphas = jax.jit(lambda p: (llr.target_multipliers(cfg, p), [
+      llr.module_alphas(n, p['blocks'][s][n]) for s, n in modules]))(params)
+  vals = np.concatenate([np.ravel(m['blocks'][s][n]) for s, n in modules])
   assert vals.min() == pytest.approx(1.0) and vals.max() == pytest.approx(3.0)
   assert float(m['embedding']) == 3.0 and float(m['final_norm']['scale']) == 1.0
-  alphas = np.concatenate([np.ravel(llr.module_alphas(n, params['blocks'][s][n]))
-                           for s, n in (('attn', 'q'), ('attn', 'kv'), ('attn', 'o'),
-                                        ('mlp', 'wi'), ('mlp', 'wo'))])
+  alphas = np.concatenate([np.ravel(a) for a in module_alphas])
   lo, hi = alphas.min(), alphas.max()  # exactly linear: 1 + 2 (alpha - min) / (max - min)
   np.testing.assert_allclose(vals, 1 + 2 * (alphas - lo) / (hi - lo), rtol=1e-5)
 
@@ -320,12 +335,17 @@ def test_early_exit_loss_is_the_weighted_sum_of_per_layer_exit_losses():
     return float((nll * batch['weights']).sum() / batch['weights'].sum())
 
   n = cfg.model.num_layers
-  exits = []
-  for l in range(1, n + 1):  # the model truncated to blocks 1..l
-    short = tiny_config(**{'model.num_layers': l, 'data.seq_len': 32})
-    kept = dict(params, blocks=jax.tree.map(lambda a: a[:l], params['blocks']))
-    logits, _ = make_model(short).apply({'params': kept}, tokens)
-    exits.append(ce(logits))
+
+  @jax.jit
+  def exit_logits(params):  # the model truncated to blocks 1..l, each l
+    outs = []
+    for l in range(1, n + 1):
+      short = make_model(tiny_config(**{'model.num_layers': l, 'data.seq_len': 32}))
+      kept = dict(params, blocks=jax.tree.map(lambda a, l=l: a[:l], params['blocks']))
+      outs.append(short.apply({'params': kept}, tokens)[0])
+    return outs
+
+  exits = [ce(logits) for logits in exit_logits(params)]
   w = np.asarray(early_exit_weights(n, 0.7), np.float64)
   assert loss == pytest.approx(float(np.dot(w, exits)), rel=1e-5)
   assert abs(exits[0] - exits[-1]) > 1e-3  # the exits differ: the weights matter
@@ -353,16 +373,17 @@ def test_llr_multipliers_follow_the_recompute_and_transition_schedule():
   state = tx.init(params)
   ones = jax.tree.map(jnp.ones_like, params)
   update = jax.jit(tx.update)
-  start = target = jax.tree.map(lambda m: np.ones(np.shape(m)), jax.eval_shape(
-      lambda p: llr.target_multipliers(cfg, p), params))
+  targets = jax.jit(lambda p: llr.target_multipliers(cfg, p))
+  noisy = jax.jit(lambda c: jax.tree.map(  # new weights: new targets at recomputes
+      lambda a: a * (1 + 0.5 * jax.random.normal(jax.random.PRNGKey(c), a.shape)), params))
+  start = target = jax.tree.map(lambda m: np.ones(np.shape(m)), jax.eval_shape(targets, params))
   since = 0
   for c in range(12):
-    noise = lambda a, c=c: 1 + 0.5 * jax.random.normal(jax.random.PRNGKey(c), a.shape)
-    p = jax.tree.map(lambda a: a * noise(a), params)  # new weights: new targets at recomputes
+    p = noisy(c)
     frac = lambda: min(max((c - since) / 2, 0.0), 1.0)
     if c % 3 == 0 and c <= 7:
       now = jax.tree.map(lambda s, t: s + (t - s) * frac(), start, target)
-      start, target, since = now, jax.tree.map(np.asarray, llr.target_multipliers(cfg, p)), c
+      start, target, since = now, jax.tree.map(np.asarray, targets(p)), c
     ref = jax.tree.map(lambda s, t: s + (t - s) * frac(), start, target)
     got, state = update(ones, state, p)
     np.testing.assert_allclose(np.ravel(got['blocks']['attn']['q']),

@@ -147,20 +147,25 @@ def test_deepscalelm_sublayer_is_lambda_skip_plus_beta_branch_at_four_layers():
   """L = 4: beta^2 = 1/4 differs from lambda^2 = 3/4; each Pre-LN sublayer maps
   x -> lambda x + beta F(LN(x)), gains and matrices off init."""
   model, params = init(**{'model.init': 'deepscalelm', 'model.num_layers': 4})
-  params = perturb(params, seed=2)
+  params = jax.jit(perturb)(params, 2)
   beta, lam = 0.5, math.sqrt(3) / 2
   x, l = _x(9), 2
-  p = _layer(params, l)
-  h = lam * x + beta * _branch(model, p, 'attn', _ln(p['attn_norm'], x), l + 1)
-  ref = lam * h + beta * _branch(model, p, 'mlp', _ln(p['mlp_norm'], h), l + 1)
-  np.testing.assert_allclose(run_block(model, params, x, l), ref, rtol=1e-5, atol=1e-5)
+
+  @jax.jit
+  def block_and_reference(params, x):  # one program: no other test has these L = 4 shapes
+    p = _layer(params, l)
+    h = lam * x + beta * _branch(model, p, 'attn', _ln(p['attn_norm'], x), l + 1)
+    ref = lam * h + beta * _branch(model, p, 'mlp', _ln(p['mlp_norm'], h), l + 1)
+    return run_block(model, params, x, l), ref
+
+  np.testing.assert_allclose(*block_and_reference(params, x), rtol=1e-5, atol=1e-5)
 
 
 def _ngpt():
   """nGPT's (model, params), every parameter (s_qk, s_uv, s_z, matrices) off its init."""
   model, params = init(**{'model.block': 'ngpt', 'model.mlp': 'swiglu',
                           'model.tie_embeddings': False})
-  return model, perturb(params, seed=3)
+  return model, jax.jit(perturb)(params, 3)
 
 
 def _f64(*arrays):
@@ -214,8 +219,8 @@ def test_ngpt_attention_uses_s_qk_on_unit_q_k_and_softmax_scale_sqrt_e():
   q = _unit64(rope(q)) * s_qk * math.sqrt(q.shape[-1])
   k = _unit64(rope(k)) * s_qk
   ref = _out64(_causal_attention64(q, k, v), p)
-  np.testing.assert_allclose(Attention(model.cfg).apply({'params': p}, x), ref, rtol=1e-4,
-                             atol=1e-5)
+  np.testing.assert_allclose(jax.jit(Attention(model.cfg).apply)({'params': p}, x), ref,
+                             rtol=1e-4, atol=1e-5)
 
 
 def test_ngpt_mlp_scales_gate_and_up_by_s_uv_sqrt_d():

@@ -3,6 +3,7 @@
 Post-LN and Pre-LN are checked in tests/test_model.py.
 """
 
+import functools
 import math
 
 import jax
@@ -31,6 +32,25 @@ def _layer(cfg, l):
   return jax.tree.map(lambda s: s[l], layer_schedule(cfg))
 
 
+@functools.partial(jax.jit, static_argnums=(0, 3))
+def _apply(model, params, x, method=None):
+  """model.apply jitted: one program per model, method and shape."""
+  return model.apply({'params': params}, x, method=method)
+
+
+# The helpers' block references jitted whole: one program per model (and block).
+_run_block = jax.jit(run_block, static_argnums=(0, 3))
+_block_outputs = jax.jit(block_outputs, static_argnums=0)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 3))
+def _captured(model, params, x, l):
+  """The module outputs run_block(capture=True) captures; a connection's write function,
+  not an array, is left out."""
+  inter = run_block(model, params, x, l, capture=True)[1]
+  return jax.tree.map(lambda a: a if isinstance(a, jax.Array) else None, inter)
+
+
 def _zero_branch_outputs(params):
   """W_O = W_down = 0: every branch returns 0."""
   blocks = params['blocks']
@@ -56,8 +76,7 @@ def test_lns_with_one_block_is_pre_ln():
   model, params = init(**{'model.block': 'pre_ln', 'model.ln_scaling': True, 'model.num_layers': 1})
   base = make_model(small_config(**{'model.block': 'pre_ln', 'model.num_layers': 1}))
   toks = tokens(small_config())
-  np.testing.assert_array_equal(model.apply({'params': params}, toks)[0],
-                                base.apply({'params': params}, toks)[0])
+  np.testing.assert_array_equal(_apply(model, params, toks)[0], _apply(base, params, toks)[0])
 
 
 def test_lns_stream_variance_below_pre_ln_and_gap_widens_with_depth():
@@ -67,9 +86,8 @@ def test_lns_stream_variance_below_pre_ln_and_gap_widens_with_depth():
                             'model.num_layers': depth})
     lns = make_model(small_config(**{'model.block': 'pre_ln', 'model.norm': 'rmsnorm',
                                      'model.num_layers': depth, 'model.ln_scaling': True}))
-    x = model.apply({'params': params}, tokens(small_config()), method=Transformer.embed)
-    var = [float(jnp.var(m.apply({'params': params}, x, method=Transformer.stack)[0]))
-           for m in (model, lns)]
+    x = _apply(model, params, tokens(small_config()), Transformer.embed)
+    var = [float(jnp.var(_apply(m, params, x, Transformer.stack)[0])) for m in (model, lns)]
     assert var[1] < var[0]
     gaps.append(var[0] - var[1])
   assert gaps[1] > gaps[0]
@@ -83,11 +101,11 @@ def test_mix_ln_post_blocks():
   np.testing.assert_array_equal(flags, [True] * 3 + [False] * 9)
   model, params = init(**{'model.block': 'mix_ln', 'model.norm': 'rmsnorm', 'model.num_layers': 4,
                           'model.mix_ln_alpha': 0.5, 'model.norm_eps': EPS})
-  x_in = model.apply({'params': params}, tokens(small_config()), method=Transformer.embed)
-  _, outs = block_outputs(model, params, tokens(small_config()))
+  x_in = _apply(model, params, tokens(small_config()), Transformer.embed)
+  _, outs = _block_outputs(model, params, tokens(small_config()))
   for out in outs[:2]:  # blocks 0..P-1 end in the norm: per-token RMS = gain = 1
     np.testing.assert_allclose(token_rms(out), 1.0, atol=1e-4)
-  _, outs = block_outputs(model, _zero_branch_outputs(params), tokens(small_config()))
+  _, outs = _block_outputs(model, _zero_branch_outputs(params), tokens(small_config()))
   np.testing.assert_allclose(outs[3], outs[1], atol=1e-7)  # Pre-LN blocks are the identity
   assert not np.allclose(outs[0], x_in, atol=1e-3)
 
@@ -96,20 +114,20 @@ def test_peri_ln_update_has_output_norm_rms_whatever_weight_scale():
   model, params = init(**{'model.block': 'peri_ln', 'model.norm': 'rmsnorm', 'model.norm_eps': EPS})
   params['blocks']['mlp']['wo'] = jnp.zeros_like(params['blocks']['mlp']['wo'])
   x = _x(1, 0.3)
-  delta = run_block(model, params, x, 0) - x  # the attention update alone
+  delta = _run_block(model, params, x, 0) - x  # the attention update alone
   np.testing.assert_allclose(token_rms(delta), 1.0, atol=1e-4)
   params['blocks']['attn_norm_out']['scale'] = 2.0 * params['blocks']['attn_norm_out']['scale']
-  ref = run_block(model, params, x, 0)
+  ref = _run_block(model, params, x, 0)
   np.testing.assert_allclose(token_rms(ref - x), 2.0, atol=1e-3)
   params['blocks']['attn']['o'] = 10.0 * params['blocks']['attn']['o']
-  np.testing.assert_allclose(run_block(model, params, x, 0), ref, atol=1e-4)
+  np.testing.assert_allclose(_run_block(model, params, x, 0), ref, atol=1e-4)
 
 
 @pytest.mark.parametrize('on', [False, True])
 def test_peri_ln_embedding_norm_flag(on):
   model, params = init('embed', **{'model.block': 'peri_ln', 'model.peri_embed_norm': on,
                                    'model.norm_eps': EPS})
-  x = model.apply({'params': params}, tokens(small_config()), method=Transformer.embed)
+  x = _apply(model, params, tokens(small_config()), Transformer.embed)
   assert ('embed_norm' in params) == on
   var = np.var(np.asarray(x), axis=-1)
   if on:
@@ -151,7 +169,7 @@ def test_init_gains(block):
 
 def test_sub_ln_inputs_of_w_o_and_w_2_are_normalized():
   model, params = init(**{'model.block': 'sub_ln', 'model.norm_eps': EPS})
-  _, inter = run_block(model, params, _x(2), 0, capture=True)
+  inter = _captured(model, params, _x(2), 0)
   for name in ('attn', 'mlp'):
     y = np.asarray(inter[name]['inner_norm']['__call__'][0], np.float64)
     np.testing.assert_allclose(y.mean(-1), 0, atol=1e-5)
@@ -159,6 +177,7 @@ def test_sub_ln_inputs_of_w_o_and_w_2_are_normalized():
   assert inter['mlp']['inner_norm']['__call__'][0].shape[-1] == 64  # over d_ff
 
 
+@functools.partial(jax.jit, static_argnums=0)
 def _attention(model, params, x):
   attn_params = jax.tree.map(lambda p: p[0], params['blocks']['attn'])
   return Attention(model.cfg).apply({'params': attn_params}, x)
@@ -189,7 +208,7 @@ def test_normformer_attention_update_is_normalized_and_resid_scale_option():
   model, params = init(**{'model.block': 'normformer', 'model.norm_eps': EPS})
   params['blocks']['mlp']['wo'] = jnp.zeros_like(params['blocks']['mlp']['wo'])
   x = _x(4)
-  delta = np.asarray(run_block(model, params, x, 0) - x, np.float64)
+  delta = np.asarray(_run_block(model, params, x, 0) - x, np.float64)
   np.testing.assert_allclose(delta.mean(-1), 0, atol=1e-5)
   np.testing.assert_allclose(delta.var(-1), 1, atol=1e-3)
   assert 'mlp_resid_scale' not in params['blocks']
@@ -201,12 +220,12 @@ def test_normformer_attention_update_is_normalized_and_resid_scale_option():
 def test_hybridnorm(block):
   model, params = init(**{'model.block': block, 'model.norm': 'rmsnorm', 'model.norm_eps': EPS})
   x = _x(5, 0.05)
-  _, inter = run_block(model, params, x, 1, capture=True)
+  inter = _captured(model, params, x, 1)
   for name in ('q_norm', 'k_norm', 'v_norm'):  # per-head RMS 1 before RoPE
     np.testing.assert_allclose(token_rms(inter['attn'][name]['__call__'][0]), 1.0, atol=1e-4)
   np.testing.assert_allclose(token_rms(inter['mlp_norm']['__call__'][0]), 1.0, atol=1e-4)
   zeroed = _zero_branch_outputs(params)
-  out0, out1 = run_block(model, zeroed, x, 0), run_block(model, zeroed, x, 1)
+  out0, out1 = _run_block(model, zeroed, x, 0), _run_block(model, zeroed, x, 1)
   np.testing.assert_allclose(token_rms(out1), 1.0, atol=1e-4)  # the FFN skip is normalized
   if block == 'hybridnorm_star':
     np.testing.assert_array_equal(out0, x)  # block 1 is Pre-Norm: the identity here
@@ -234,12 +253,12 @@ def test_gpas_at_init_is_bit_identical_to_base(block):
   base = make_model(small_config(**{'model.block': block, 'model.mix_ln_alpha': 0.5}))
   np.testing.assert_array_equal(params['blocks']['gpas_gate'], 0.0)
   base_params = dict(params, blocks={k: v for k, v in params['blocks'].items() if k != 'gpas_gate'})
-  toks = tokens(small_config())  # eager block by block: the same ops apart from the gates
-  got, want = block_outputs(model, params, toks)[0], block_outputs(base, base_params, toks)[0]
+  toks = tokens(small_config())  # block by block: the same ops apart from the gates
+  got, want = _block_outputs(model, params, toks)[0], _block_outputs(base, base_params, toks)[0]
   if block == 'post_ln':
     np.testing.assert_array_equal(got, want)
-  else:  # Mix-LN's per-layer choice is a conditional: each wiring compiles as one program,
-    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)  # fused with the gate ops
+  else:  # Mix-LN's per-layer choice is a conditional: each wiring is fused with the gate ops
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
   _, per_sublayer = init(**{'model.block': block, 'model.gpas': True,
                             'model.gpas_share_per_block': False, 'model.mix_ln_alpha': 0.5})
   assert {'attn_gpas_gate', 'mlp_gpas_gate'} <= set(per_sublayer['blocks'])
@@ -247,13 +266,13 @@ def test_gpas_at_init_is_bit_identical_to_base(block):
 
 def test_ngpt_hidden_states_on_sphere_and_zero_alpha_is_identity():
   model, params = init(**{'model.block': 'ngpt', 'model.mlp': 'swiglu'})
-  _, outs = block_outputs(model, params, tokens(small_config()))
+  _, outs = _block_outputs(model, params, tokens(small_config()))
   for out in outs:
     np.testing.assert_allclose(jnp.linalg.norm(out, axis=-1), 1.0, atol=1e-5)
   for name in ('attn_alpha', 'mlp_alpha'):
     params['blocks'][name] = jnp.zeros_like(params['blocks'][name])
   x = outs[0]
-  np.testing.assert_allclose(run_block(model, params, x, 1), x, atol=1e-6)
+  np.testing.assert_allclose(_run_block(model, params, x, 1), x, atol=1e-6)
 
 
 @pytest.mark.parametrize('mode', ['full', 'per_head', 'l2_learned_scale'])
@@ -272,18 +291,17 @@ def test_qk_norm_logits_invariant_to_scaling_w_q_and_w_k(mode):
 def test_simple_norm_every_linear_normalized_and_weight_scale_invariant():
   model, params = init(**{'model.block': 'simple_norm', 'model.mlp': 'swiglu',
                           'model.norm_eps': EPS})
-  _, inter = run_block(model, params, _x(11), 0, capture=True)
+  inter = _captured(model, params, _x(11), 0)
   names = {'attn': ('q_norm', 'k_norm', 'v_norm', 'o_norm'),
            'mlp': ('gate_norm', 'up_norm', 'wo_norm')}
   for sub, norms in names.items():
     for name in norms:
       np.testing.assert_allclose(token_rms(inter[sub][name]['__call__'][0]), 1.0, atol=1e-4)
   toks = tokens(small_config())
-  apply = jax.jit(lambda p: model.apply({'params': p}, toks)[0])
-  ref = apply(params)
+  ref = _apply(model, params, toks)[0]
   for sub, w in (('attn', 'q'), ('attn', 'kv'), ('attn', 'o'), ('mlp', 'wi'), ('mlp', 'wo')):
     params['blocks'][sub][w] = 3.0 * params['blocks'][sub][w]
-  np.testing.assert_allclose(apply(params), ref, rtol=1e-4, atol=1e-4)
+  np.testing.assert_allclose(_apply(model, params, toks)[0], ref, rtol=1e-4, atol=1e-4)
 
 
 def test_layer_rope_with_zero_theta_is_pre_ln_with_tied_gains():
@@ -297,8 +315,8 @@ def test_layer_rope_with_zero_theta_is_pre_ln_with_tied_gains():
                  'blocks': {'attn': params['blocks']['attn'], 'mlp': params['blocks']['mlp'],
                             'attn_norm': tied, 'mlp_norm': tied}}
   toks = tokens(small_config())
-  np.testing.assert_allclose(model.apply({'params': params}, toks)[0],
-                             base.apply({'params': base_params}, toks)[0], atol=1e-5)
+  np.testing.assert_allclose(_apply(model, params, toks)[0], _apply(base, base_params, toks)[0],
+                             atol=1e-5)
   count = lambda p: sum(int(np.prod(a.shape)) for a in jax.tree.leaves(p))
   pre_ln_params = jax.eval_shape(lambda: base.init(jax.random.PRNGKey(0), toks))['params']
   assert count(params) == count(pre_ln_params) - (2 * 2 - 1) * D + 2 * 2
@@ -307,10 +325,10 @@ def test_layer_rope_with_zero_theta_is_pre_ln_with_tied_gains():
 def test_fix_norm_and_pointwise_embedding_scale():
   model, params = init('embed', **{'model.fix_norm': True})
   assert float(jnp.abs(params['embedding']).max()) <= 0.01
-  x = model.apply({'params': params}, tokens(small_config()), method=Transformer.embed)
+  x = _apply(model, params, tokens(small_config()), Transformer.embed)
   np.testing.assert_allclose(jnp.linalg.norm(x, axis=-1), math.sqrt(D), rtol=1e-5)
   model, params = init('embed', **{'model.norm': 'dyt'})
   assert float(params['embed_scale']) == pytest.approx(math.sqrt(D))
-  x = model.apply({'params': params}, tokens(small_config()), method=Transformer.embed)
+  x = _apply(model, params, tokens(small_config()), Transformer.embed)
   np.testing.assert_allclose(x, math.sqrt(D) * params['embedding'][tokens(small_config())],
                              rtol=1e-6)

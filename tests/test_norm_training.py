@@ -85,14 +85,19 @@ def trained(case: str):
 MIN_DROP = {'norm_free': 0.002, 'relu_norm_free': 0.002}
 
 
+def _scanned_and_unrolled(model, params, toks):
+  """The scanned model's logits and the Python loop's over blocks, in one compiled program."""
+  both = lambda p, t: (model.apply({'params': p}, t)[0], apply_unrolled(model, p, t))
+  return jax.jit(both)(params, toks)
+
+
 @pytest.mark.parametrize('case', list(CASES))
 def test_scan_equals_unrolled_off_init(case):
   validate(small_config(**CASES[case]))
   model, params = init(**CASES[case])
   params, toks = perturb(params), tokens(small_config())
-  scanned, _ = jax.jit(model.apply)({'params': params}, toks)
+  scanned, unrolled = _scanned_and_unrolled(model, params, toks)
   assert np.all(np.isfinite(scanned))
-  unrolled = jax.jit(lambda p, t: apply_unrolled(model, p, t))(params, toks)
   np.testing.assert_allclose(scanned, unrolled, rtol=1e-5, atol=1e-5)
 
 
@@ -106,8 +111,7 @@ def test_trains_and_trained_scan_equals_unrolled(case):
   drop = loss(init_params) - loss(params)
   assert drop > MIN_DROP.get(case, 0.04), drop
   toks = tokens(small_config())  # trained: gates and scales away from their init values
-  scanned, _ = model.apply({'params': params}, toks)
-  np.testing.assert_allclose(scanned, apply_unrolled(model, params, toks), rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(*_scanned_and_unrolled(model, params, toks), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.slow  # 20 training steps

@@ -1,5 +1,6 @@
 """Parametrizations and init schemes: each by its defining property (spec sections 10, 11)."""
 
+import functools
 import math
 
 import jax
@@ -16,9 +17,20 @@ from depthscale.training.steps import init_state
 from tests.helpers import covers, init, perturb, small_config, tiny_config, validates_unless
 
 
-def _params(cfg, seed=0):
-  init = jax.jit(init_state, static_argnums=(0, 1, 2, 3))
-  return init(make_model(cfg), optax.identity(), seed, cfg.data.seq_len)['params']
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _init(model, seq_len):
+  """init_state's parameters (seed 0): one program per model, shared by the tests that use it."""
+  return init_state(model, optax.identity(), 0, seq_len)['params']
+
+
+def _params(cfg):
+  return _init(make_model(cfg), cfg.data.seq_len)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _logits(model, params, tokens):
+  """model's logits: one program per model, shared by the tests that use it."""
+  return model.apply({'params': params}, tokens)[0]
 
 
 def _tokens(cfg):
@@ -27,11 +39,14 @@ def _tokens(cfg):
 
 def _first_update(cfg, grad_value: float):
   """The optimizer's first update for gradients filled with grad_value (constant LR)."""
-  params = _params(cfg)
   tx = make_optimizer(cfg)
-  grads = jax.tree.map(lambda p: jnp.full_like(p, grad_value), params)
-  updates, _ = jax.jit(tx.update)(grads, tx.init(params), params)
-  return updates
+
+  @jax.jit
+  def update(params):
+    grads = jax.tree.map(lambda p: jnp.full_like(p, grad_value), params)
+    return tx.update(grads, tx.init(params), params)[0]
+
+  return update(_params(cfg))
 
 
 def _opt_cfg(**kw):
@@ -44,8 +59,8 @@ def test_mup_at_base_width_equals_standard():
   std = tiny_config()
   mup = tiny_config(**{'model.parametrization': 'mup', 'model.base_d_model': 32})
   tokens = _tokens(std)
-  a, _ = jax.jit(make_model(std).apply)({'params': _params(std)}, tokens)
-  b, _ = jax.jit(make_model(mup).apply)({'params': _params(mup)}, tokens)
+  a = _logits(make_model(std), _params(std), tokens)
+  b = _logits(make_model(mup), _params(mup), tokens)
   np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
 
 
@@ -56,12 +71,12 @@ def test_mup_hidden_lr_halves_when_width_doubles():
                                  'model.d_model': 64}), 1.0)
   lr = tiny_config().optim.lr
   for name in ('q', 'kv', 'o'):
-    np.testing.assert_allclose(jnp.abs(u1['blocks']['attn'][name]), lr, rtol=1e-5)
-    np.testing.assert_allclose(jnp.abs(u2['blocks']['attn'][name]), lr / 2, rtol=1e-5)
-  np.testing.assert_allclose(jnp.abs(u2['blocks']['mlp']['wo']), lr / 2, rtol=1e-5)
+    np.testing.assert_allclose(np.abs(u1['blocks']['attn'][name]), lr, rtol=1e-5)
+    np.testing.assert_allclose(np.abs(u2['blocks']['attn'][name]), lr / 2, rtol=1e-5)
+  np.testing.assert_allclose(np.abs(u2['blocks']['mlp']['wo']), lr / 2, rtol=1e-5)
   for u in (u1, u2):  # vector-like and input/output parameters keep eta
-    np.testing.assert_allclose(jnp.abs(u['embedding']), lr, rtol=1e-5)
-    np.testing.assert_allclose(jnp.abs(u['blocks']['attn_norm']['scale']), lr, rtol=1e-5)
+    np.testing.assert_allclose(np.abs(u['embedding']), lr, rtol=1e-5)
+    np.testing.assert_allclose(np.abs(u['blocks']['attn_norm']['scale']), lr, rtol=1e-5)
 
 
 def test_mup_init_output_multiplier_and_attention_scale():
@@ -80,13 +95,12 @@ def test_mup_forward_at_twice_the_base_width_scales_attention_logits_and_output(
   it) and the output logits times 1.5 / 2; no branch multiplier."""
   model, params = init(**{'model.parametrization': 'mup', 'model.base_d_model': 8,
                           'model.output_mult': 1.5})
-  params = perturb(params, seed=1)
+  params = jax.jit(perturb, static_argnames='seed')(params, seed=1)
   ref = jax.tree.map(lambda a: a, params)
   ref['blocks']['attn']['q'] = params['blocks']['attn']['q'] * (2 / 8) * math.sqrt(8)
   std = small_config()
   tokens = _tokens(std)
-  a, _ = jax.jit(model.apply)({'params': params}, tokens)
-  b, _ = jax.jit(make_model(std).apply)({'params': ref}, tokens)
+  a, b = _logits(model, params, tokens), _logits(make_model(std), ref, tokens)
   np.testing.assert_allclose(a, 0.75 * b, rtol=1e-5, atol=1e-5)
 
 
@@ -113,8 +127,7 @@ def test_depth_branch_multiplier(kind, expect):
   scaled['blocks']['attn']['o'] = params['blocks']['attn']['o'] * expect
   scaled['blocks']['mlp']['wo'] = params['blocks']['mlp']['wo'] * expect
   tokens = _tokens(cfg)
-  a, _ = jax.jit(make_model(cfg).apply)({'params': params}, tokens)
-  b, _ = jax.jit(make_model(std).apply)({'params': scaled}, tokens)
+  a, b = _logits(make_model(cfg), params, tokens), _logits(make_model(std), scaled, tokens)
   np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
 
 
@@ -130,12 +143,12 @@ def test_depth_lr_and_epsilon_rules(kind, alpha):
   m_n, m_l = 2.0, 4.0
   eps_block = 1e-6 / (m_n * m_l ** alpha)
   hidden_lr = lr / m_n * m_l ** (alpha - 1)
-  np.testing.assert_allclose(jnp.abs(u['blocks']['mlp']['wi']), hidden_lr * g / (g + eps_block),
+  np.testing.assert_allclose(np.abs(u['blocks']['mlp']['wi']), hidden_lr * g / (g + eps_block),
                              rtol=1e-4)
-  np.testing.assert_allclose(jnp.abs(u['blocks']['mlp_norm']['scale']),
+  np.testing.assert_allclose(np.abs(u['blocks']['mlp_norm']['scale']),
                              lr * m_l ** (alpha - 1) * g / (g + eps_block), rtol=1e-4)
-  np.testing.assert_allclose(jnp.abs(u['final_norm']['scale']), lr * g / (g + 1e-6), rtol=1e-4)
-  np.testing.assert_allclose(jnp.abs(u['embedding']), lr * g / (g + 1e-6), rtol=1e-4)
+  np.testing.assert_allclose(np.abs(u['final_norm']['scale']), lr * g / (g + 1e-6), rtol=1e-4)
+  np.testing.assert_allclose(np.abs(u['embedding']), lr * g / (g + 1e-6), rtol=1e-4)
 
 
 @covers('parametrization.INITS', 'depth_scaled')
@@ -184,14 +197,20 @@ def test_deepscalelm_residual_scaling_and_vo_init():
     ref.append((1 / r) ** 0.25 / math.sqrt(64))
     r = lam ** 2 * r + beta ** 2
     r = lam ** 2 * r + beta ** 2 * (r + (math.sqrt(1 - r * r) - r * math.acos(r)) / math.pi)
-  got = [np.std(np.asarray(params['blocks']['attn']['o'][i], np.float64)) for i in range(l)]
+  o = np.asarray(params['blocks']['attn']['o'], np.float64)
+  got = [np.std(o[i]) for i in range(l)]
   np.testing.assert_allclose(got, ref, rtol=0.08)
   np.testing.assert_allclose(np.std(params['embedding']), 1.0, rtol=0.05)
   params['blocks']['attn']['o'] = jnp.zeros_like(params['blocks']['attn']['o'])
   params['blocks']['mlp']['wo'] = jnp.zeros_like(params['blocks']['mlp']['wo'])
   model, tokens = make_model(cfg), _tokens(cfg)
-  x = model.apply({'params': params}, tokens, method=Transformer.embed)
-  out, _ = model.apply({'params': params}, x, method=Transformer.stack)
+
+  @jax.jit
+  def embed_and_stack(params):
+    x = model.apply({'params': params}, tokens, method=Transformer.embed)
+    return x, model.apply({'params': params}, x, method=Transformer.stack)[0]
+
+  x, out = embed_and_stack(params)
   np.testing.assert_allclose(out, lam ** (2 * l) * x, rtol=1e-5, atol=1e-6)
 
 
@@ -238,8 +257,9 @@ def test_init_stds_of_every_matrix_and_layer(scheme):
       r = (1 - beta2) * r + beta2 * _relu_correlation(r)
     ref = {'q': d ** -0.5, 'k': d ** -0.5, 'v': np.array(vo), 'o': np.array(vo),
            'wi': (2 / (d * f)) ** 0.25, 'wo': (2 / (d * f)) ** 0.25, 'embedding': 1.0}
+    init_std = jax.jit(lambda layer: pz.init_std(cfg.model, 'o', d, d, layer))
     for i in range(l):  # the exact stds the init draws with
-      got = float(pz.init_std(cfg.model, 'o', d, d, jnp.int32(i + 1)))
+      got = float(init_std(jnp.int32(i + 1)))
       assert got == pytest.approx(vo[i], rel=1e-3)  # quadrature error ~1e-4
   for name, std in stds.items():
     np.testing.assert_allclose(std, np.broadcast_to(ref[name], np.shape(std)), rtol=0.05,

@@ -79,7 +79,7 @@ def test_k_loops_equal_the_numpy_block_applied_k_times(rank):
   model, params = init(**LOOPS, **{'model.loop_lora_rank': rank})
   params = perturb(params, seed=5, scale=0.3)  # every LoRA B nonzero: loops differ
   x = jax.random.normal(jax.random.PRNGKey(2), (2, 16, 16))
-  out, _ = model.apply({'params': params}, x, method=Transformer.stack)
+  out, _ = jax.jit(lambda p, x: model.apply({'params': p}, x, method=Transformer.stack))(params, x)
   expected = _stack64(params, np.asarray(x, np.float64), 3)
   np.testing.assert_allclose(np.asarray(out, np.float64), expected, rtol=2e-4, atol=2e-4)
   if rank:  # the LoRA matters: without it the output moves far beyond the tolerance
@@ -155,10 +155,10 @@ def test_shared_gradient_is_the_sum_over_loops_of_the_untied_gradients():
   params = perturb(params, seed=7, scale=0.1)
   untied = make_model(small_config(**{'model.num_layers': 6}))  # the same depth, no tying
   tokens = jax.random.randint(jax.random.PRNGKey(3), (2, 16), 0, 256)
-  grad = jax.grad(_loss(model, tokens))(params)['blocks']
-  tiled = {**params, 'blocks': recurrence.effective_blocks(model.cfg, params)}
-  grad_untied = jax.grad(_loss(untied, tokens))(tiled)['blocks']
-  summed = jax.tree.map(lambda g: g.reshape((3, 2) + g.shape[1:]).sum(0), grad_untied)
+  grad = jax.jit(jax.grad(_loss(model, tokens)))(params)['blocks']
+  tiled = {**params, 'blocks': jax.jit(lambda p: recurrence.effective_blocks(model.cfg, p))(params)}
+  grad_untied = jax.jit(jax.grad(_loss(untied, tokens)))(tiled)['blocks']
+  summed = jax.tree.map(lambda g: np.asarray(g).reshape((3, 2) + g.shape[1:]).sum(0), grad_untied)
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6), grad, summed)
   # one coordinate by a central difference (float32, a smooth loss: 1% agreement)
   eps, loss, blocks = 1e-2, jax.jit(_loss(model, tokens)), params['blocks']

@@ -1,5 +1,7 @@
 """Residual-stream designs: the defining property of each (spec residual_params_dynamics.md)."""
 
+import functools
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -21,8 +23,14 @@ def _params(cfg):
   return jax.jit(lambda: init_state(model, tx, 0, cfg.data.seq_len)['params'])()
 
 
+@functools.partial(jax.jit, static_argnums=0)
+def _apply(model, params, tokens):
+  """model.apply jitted: one program per model (a base model's serves several tests)."""
+  return model.apply({'params': params}, tokens)
+
+
 def _logits(cfg, params, tokens, collect_stats=False):
-  return jax.jit(make_model(cfg, collect_stats).apply)({'params': params}, tokens)
+  return _apply(make_model(cfg, collect_stats), params, tokens)
 
 
 def _tokens(cfg):
@@ -37,10 +45,21 @@ def _standard_part(params):
   return params
 
 
+@functools.partial(jax.jit, static_argnums=0)
 def _final_carry(model, params, tokens):
   def run(m, t):
     return m.blocks(m.start(m.embed(t)), layer_schedule(m.cfg))[0]
-  return jax.jit(lambda p, t: model.apply({'params': p}, t, method=run))(params, tokens)
+  return model.apply({'params': params}, tokens, method=run)
+
+
+def _connect(conn, params, carry, k):
+  """A connection's read h and the carry its write leaves with the branch F(h) = tanh(h),
+  as one program."""
+  @jax.jit
+  def run(params, carry):
+    h, write = conn.apply({'params': params}, carry, jnp.int32(k))
+    return h, write(jnp.tanh(h))
+  return run(params, carry)
 
 
 def _rand(seed, shape):
@@ -72,12 +91,12 @@ def test_hyper_connection_static_equations():
   h = _rand(0, (n, 2, 3, 8))
   p = {'a_m': _rand(1, (n,)), 'a_r': _rand(2, (n, n)), 'b': _rand(3, (n,))}
   conn = residual.HyperConnection(cfg)
-  h_in, write = conn.apply({'params': p}, {'x': jnp.asarray(h, jnp.float32)}, jnp.int32(k))
+  h_in, out = _connect(conn, p, {'x': jnp.asarray(h, jnp.float32)}, k)
   a_m = np.eye(n)[k % n] + p['a_m']
   a_r, b = np.eye(n) + p['a_r'], 1 + p['b']
   ref_in = np.einsum('n,nbtd->btd', a_m, h)
   np.testing.assert_allclose(h_in, ref_in, rtol=1e-5, atol=1e-5)
-  out = write(jnp.tanh(h_in))['x']
+  out = out['x']
   f = np.tanh(ref_in) - ref_in
   ref_out = b[:, None, None, None] * f + np.einsum('ij,ibtd->jbtd', a_r, h)
   np.testing.assert_allclose(out, ref_out, rtol=1e-4, atol=1e-4)
@@ -156,15 +175,20 @@ def test_attn_res_zero_query_averages_sources_uniformly(blocks):
   sources = _rand(8, (blocks + 1, 2, 3, 8))
   conn = residual.AttnResConnection(cfg)
   carry = {'x': jnp.zeros((2, 3, 8)), 'sources': jnp.asarray(sources, jnp.float32)}
-  params = conn.init(jax.random.PRNGKey(0), carry, jnp.int32(0))['params']
+  params = jax.jit(conn.init)(jax.random.PRNGKey(0), carry, jnp.int32(0))['params']
   assert not np.any(params['read']['query'])
+
+  @jax.jit
+  def read_and_write(k, v):  # one program for every k
+    h, write = conn.apply({'params': params}, carry, k)
+    return h, write(h + v)['sources']
+
+  v = _rand(9, (2, 3, 8))
   for k in range(subs):
-    h, write = conn.apply({'params': params}, carry, jnp.int32(k))
+    h, after = read_and_write(jnp.int32(k), v)
     done, partial = _attn_res_sources_for(k, sizes)
     used = done + ([len(done)] if partial else [])
     np.testing.assert_allclose(h, sources[used].mean(0), rtol=1e-5, atol=1e-5)
-    v = _rand(9, (2, 3, 8))
-    after = write(h + v)['sources']
     expect = sources.copy()
     expect[len(done)] += v
     np.testing.assert_allclose(after, expect, rtol=1e-5, atol=1e-5)
@@ -195,12 +219,11 @@ def test_laurel_equations(variant):
   x, prev = _rand(12, (2, 3, 8)), _rand(13, (cfg.laurel_window, 2, 3, 8))
   carry = {'x': jnp.asarray(x, jnp.float32), 'prev': jnp.asarray(prev, jnp.float32)}
   conn = residual.Laurel(cfg)
-  params = dict(conn.init(jax.random.PRNGKey(0), carry, jnp.int32(0))['params'])
-  h0, write0 = conn.apply({'params': params}, carry, jnp.int32(0))
-  np.testing.assert_array_equal(write0(jnp.tanh(h0))['x'], jnp.tanh(h0))  # standard at init
+  params = dict(jax.jit(conn.init)(jax.random.PRNGKey(0), carry, jnp.int32(0))['params'])
+  h0, out0 = _connect(conn, params, carry, 0)
+  np.testing.assert_array_equal(out0['x'], jnp.tanh(h0))  # standard at init
   params = {k: _rand(14 + i, v.shape) for i, (k, v) in enumerate(sorted(params.items()))}
-  h, write = conn.apply({'params': params}, carry, jnp.int32(0))
-  out = write(jnp.tanh(h))
+  out = _connect(conn, params, carry, 0)[1]
   f = np.tanh(x) - x
   alpha, beta = 1.0, 1.0
   if 'rw' in variant:
@@ -259,11 +282,16 @@ def test_parallel_block_equations(form):
   x = jnp.asarray(_rand(23, (2, cfg.data.seq_len, 32)), jnp.float32)
   model_cfg = make_model(cfg).cfg  # attention kernel and unrolling resolved for the devices
   out, _ = jax.jit(Block(model_cfg).apply)({'params': params}, {'x': x}, {'index': jnp.int32(1)})
-  norm = lambda name: LayerNorm(eps=cfg.model.norm_eps).apply({'params': params[name]}, x)
-  a = Attention(model_cfg).apply({'params': params['attn']}, norm('attn_norm'))
-  m = Mlp(model_cfg).apply({'params': params['mlp']},
-                           norm('mlp_norm' if form == 'neox' else 'attn_norm'))
-  np.testing.assert_allclose(out['x'], x + a + m, rtol=1e-5, atol=1e-5)
+
+  @jax.jit
+  def reference(params, x):
+    norm = lambda name: LayerNorm(eps=cfg.model.norm_eps).apply({'params': params[name]}, x)
+    a = Attention(model_cfg).apply({'params': params['attn']}, norm('attn_norm'))
+    m = Mlp(model_cfg).apply({'params': params['mlp']},
+                             norm('mlp_norm' if form == 'neox' else 'attn_norm'))
+    return x + a + m
+
+  np.testing.assert_allclose(out['x'], reference(params, x), rtol=1e-5, atol=1e-5)
 
 
 def test_residual_weights_are_not_decayed_by_default():
@@ -294,8 +322,8 @@ def test_parallel_block_needs_pre_ln():
 
 def _randomized(conn, carry, k, seed):
   """Every parameter of a connection drawn from N(0, 1) (float64 copies for the reference)."""
-  params = nn.unbox(conn.init(jax.random.PRNGKey(0), carry, jnp.int32(k))['params'])
-  leaves, tree = jax.tree.flatten(params)
+  shapes = jax.eval_shape(conn.init, jax.random.PRNGKey(0), carry, jnp.int32(k))['params']
+  leaves, tree = jax.tree.flatten(nn.unbox(shapes))
   return tree.unflatten([_rand(seed + i, a.shape) for i, a in enumerate(leaves)])
 
 
@@ -315,7 +343,7 @@ def test_dynamic_hyper_connection_with_random_weights_matches_float64():
   carry = {'x': jnp.asarray(h, jnp.float32)}
   conn = residual.HyperConnection(cfg)
   p = _randomized(conn, carry, k, 31)
-  h_in, write = conn.apply({'params': p}, carry, jnp.int32(k))
+  h_in, out = _connect(conn, p, carry, k)
   t = np.tanh(np.einsum('nbtd,de->nbte', _layernorm64(h, p['norm'], cfg.norm_eps), p['w']))
   s_a, s_b = residual.HC_SCALE_INIT + p['s_alpha'], residual.HC_SCALE_INIT + p['s_beta']
   a_m = (np.eye(n)[k % n] + p['a_m'])[:, None, None] + s_a * t[..., 0]  # n x B x T
@@ -323,7 +351,7 @@ def test_dynamic_hyper_connection_with_random_weights_matches_float64():
   b = (1 + p['b'])[:, None, None] + s_b * t[..., n + 1]
   ref_in = np.einsum('nbt,nbtd->btd', a_m, h)
   np.testing.assert_allclose(h_in, ref_in, rtol=1e-4, atol=1e-4)
-  out = write(jnp.tanh(h_in))['x']
+  out = out['x']
   f = np.tanh(ref_in) - ref_in
   ref_out = b[..., None] * f + np.einsum('ijbt,ibtd->jbtd', a_r, h)
   np.testing.assert_allclose(out, ref_out, rtol=1e-4, atol=1e-4)
@@ -361,7 +389,7 @@ def test_mhc_connection_with_random_weights_matches_float64():
   conn = residual.ManifoldHyperConnection(cfg)
   p = _randomized(conn, carry, 0, 41)
   p['phi'] = 0.1 * p['phi']  # moderate logits: Sinkhorn converges within its 20 iterations
-  u, write = conn.apply({'params': p}, carry, jnp.int32(0))
+  u, out = _connect(conn, p, carry, 0)
   mix = _flat_mix64(x, p['phi'], cfg.norm_eps)
   gate = residual.MHC_GATE_INIT + p['gate']
   pre = _sigmoid(gate[0] * mix[..., :n] + np.log(1 / (n - 1)) + p['b_pre']) + residual.SINKHORN_EPS
@@ -371,7 +399,7 @@ def test_mhc_connection_with_random_weights_matches_float64():
   assert np.abs(h_res - np.swapaxes(h_res, -1, -2)).max() > 1e-2  # a transpose would show
   ref_u = np.einsum('btn,nbtd->btd', pre, x)
   np.testing.assert_allclose(u, ref_u, rtol=1e-4, atol=1e-5)
-  out = write(jnp.tanh(u))['x']
+  out = out['x']
   ref = (np.moveaxis(post, -1, 0)[..., None] * (np.tanh(ref_u) - ref_u)
          + np.einsum('btij,ibtd->jbtd', h_res, x))
   np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
@@ -402,18 +430,24 @@ def test_block_hands_each_connection_its_residual_sublayer_index(design):
   Pre-LN's h + F(LN(h)), on distinct streams (sources) and parameters off init."""
   model, params = init(**{'model.residual': design})
   cfg, l = model.cfg, 1
-  p = layer_params(perturb(params, seed=4), l)
+  p = jax.jit(lambda params: layer_params(perturb(params, seed=4), l))(params)
   x = jnp.asarray(_rand(60, (2, 16, 16)), jnp.float32)
   carry = {'x': jnp.asarray(_rand(61, (cfg.hc_rate, 2, 16, 16)), jnp.float32)}
   if design == 'attn_res':
     carry = {'x': x, 'sources': jnp.asarray(_rand(62, (5, 2, 16, 16)), jnp.float32)}
-  out, _ = Block(cfg).apply({'params': p}, carry, jax.tree.map(lambda s: s[l], layer_schedule(cfg)))
-  ref = carry
-  for j, (name, module) in enumerate((('attn', Attention), ('mlp', Mlp))):
-    h, write = residual.DESIGNS[design].connection(cfg).apply({'params': p[f'res_{name}']}, ref,
-                                                              jnp.int32(2 * l + j))
-    normed = LayerNorm(eps=cfg.norm_eps).apply({'params': p[f'{name}_norm']}, h)
-    ref = write(h + module(cfg).apply({'params': p[name]}, normed))
+  layer = jax.tree.map(lambda s: s[l], layer_schedule(cfg))
+  out, _ = jax.jit(Block(cfg).apply)({'params': p}, carry, layer)
+
+  @jax.jit
+  def reference(p, ref):
+    for j, (name, module) in enumerate((('attn', Attention), ('mlp', Mlp))):
+      h, write = residual.DESIGNS[design].connection(cfg).apply({'params': p[f'res_{name}']}, ref,
+                                                                jnp.int32(2 * l + j))
+      normed = LayerNorm(eps=cfg.norm_eps).apply({'params': p[f'{name}_norm']}, h)
+      ref = write(h + module(cfg).apply({'params': p[name]}, normed))
+    return ref
+
+  ref = reference(p, carry)
   for key in carry:
     np.testing.assert_allclose(out[key], ref[key], rtol=1e-5, atol=1e-5, err_msg=key)
 

@@ -4,6 +4,8 @@ with the blocks' share of what was learned (L = 2; the recording site on multi-s
 is checked in test_residual.py). The designs that carry a history (AttnRes, DenseFormer): their
 gradients equal autodiff of the layer scan, and their train-step memory is linear in depth."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -80,6 +82,19 @@ HISTORY_CASES = {  # block AttnRes, N = 2 at L = 3: layers 2 and 3 enter with a 
 }
 
 
+def _history_cfg(name: str):
+  return tiny_config(**{'model.num_layers': 3, 'model.unroll_max_layers': 0, **HISTORY_CASES[name]})
+
+
+@functools.lru_cache(maxsize=None)
+def _history_params(name: str):
+  """A history case's init, every mixing weight away from it (the same with and without
+  collect_stats: built once for both)."""
+  cfg = _history_cfg(name)
+  model, tx = make_model(cfg), make_optimizer(cfg)
+  return perturb(jax.jit(lambda: init_state(model, tx, 0, cfg.data.seq_len)['params'])(), seed=2)
+
+
 def _scan_autodiff(m, tokens_BxT):
   """The model with its layer scan differentiated by JAX (nn.scan, no history_scan)."""
   carry, stats = m.blocks(m.start(m.embed(tokens_BxT)), scan_inputs(m.cfg, None))
@@ -91,12 +106,8 @@ def _scan_autodiff(m, tokens_BxT):
 def test_history_gradients_equal_autodiff_of_the_layer_scan(name, collect_stats):
   """history_scan's backward (history rebuilt, blocks recomputed) gives nn.scan's gradients,
   through the logits, the per-layer statistics and the sown block outputs (LayerSkip)."""
-  cfg = tiny_config(**{'model.num_layers': 3, 'model.unroll_max_layers': 0, **HISTORY_CASES[name]})
-  model, tx = make_model(cfg, collect_stats), make_optimizer(cfg)
-  params = jax.jit(lambda: init_state(model, tx, 0, cfg.data.seq_len))()['params']
-  leaves, tree = jax.tree.flatten(params)  # every mixing weight away from its init
-  keys = jax.random.split(jax.random.PRNGKey(2), len(leaves))
-  params = tree.unflatten([p + 0.1 * jax.random.normal(k, p.shape) for p, k in zip(leaves, keys)])
+  cfg = _history_cfg(name)
+  model, params = make_model(cfg, collect_stats), _history_params(name)
   tokens = jax.random.randint(jax.random.PRNGKey(1), (2, cfg.data.seq_len), 0, cfg.model.vocab_size)
 
   def loss(p, method):
